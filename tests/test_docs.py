@@ -1,0 +1,105 @@
+"""Every fence in docs/ is executed, included from a tested example, or explicitly excused; every
+command shown runs exactly as written; every output shown is what the command prints now."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+from markdown_fences import (DOCS, EXAMPLES, REPO, all_examples, all_fences, classify, example_command,
+                             resolve_include)
+from shown_output import output_mismatch
+
+FENCES = all_fences()
+COMMANDS = [f for f in FENCES if f.kind == "command"]
+OUTPUTS = [f for f in FENCES if f.kind == "output"]
+NOT_EXECUTED_LIMIT = 5  # a handful at most: `make` itself, installs into the reader's environment
+INLINE_COMMAND = re.compile(r"`((?:torchrun|python|distdocs) [^`]*)`")
+
+
+def gpu_skip(fence):
+    if fence.gpu and not torch.cuda.is_available():
+        pytest.skip("GPU tab: needs CUDA")
+
+
+def test_every_fence_is_executed_or_excused(record_property):
+    unverified = [f.where for f in FENCES if f.kind == "unverified"]
+    assert not unverified, (
+        "these fences are not run by any test; make them an inline python block, an include of an "
+        "example, a torchrun/python/distdocs command, an Output block after a command, or put "
+        f"<!-- not executed: REASON --> above them: {unverified}"
+    )
+    unexcused_notest = [f.where for f in FENCES if "notest" in f.options and f.kind not in ("include", "not executed")]
+    assert not unexcused_notest, f"`notest` without an include or a reason: {unexcused_notest}"
+    excused = [f for f in FENCES if f.kind == "not executed"]
+    assert all(f.reason for f in excused)
+    assert len(excused) <= NOT_EXECUTED_LIMIT, [f"{f.where}: {f.reason}" for f in excused]
+    for _ in excused:
+        record_property("executed", "fences not executed (each with its reason)")
+
+
+def test_includes_name_existing_files_and_sections():
+    problems = []
+    for fence in (f for f in FENCES if f.kind == "include"):
+        for target in fence.includes:
+            path, section = resolve_include(target)
+            if path is None:
+                problems.append(f"{fence.where}: no file {target!r} under examples/ or src/")
+            elif section and f"--8<-- [start:{section}]" not in path.read_text():
+                problems.append(f"{fence.where}: {path.relative_to(REPO)} has no section {section!r}")
+            elif section and f"--8<-- [end:{section}]" not in path.read_text():
+                problems.append(f"{fence.where}: section {section!r} is never ended")
+    assert not problems, problems
+
+
+def test_every_example_is_on_a_page():
+    pages = "\n".join(p.read_text() for p in DOCS.rglob("*.md"))
+    missing = [str(p.relative_to(REPO)) for p in all_examples() if str(p.relative_to(EXAMPLES)) not in pages]
+    assert not missing, f"examples shown on no page: {missing}"
+
+
+def test_inline_commands_in_prose_are_run_somewhere():
+    """A `torchrun ...` in running text must be a command that a test runs."""
+    run = {f.command for f in COMMANDS} | {example_command(p) for p in all_examples()}
+    stray = []
+    for page in DOCS.rglob("*.md"):
+        text = page.read_text()
+        for fence in (f for f in FENCES if f.path == page):
+            text = text.replace(fence.body, "")
+        stray += [f"{page.relative_to(REPO)}: {c}" for c in INLINE_COMMAND.findall(text) if c not in run]
+    assert not stray, f"commands shown in prose that no test runs: {stray}"
+
+
+@pytest.mark.parametrize("fence", COMMANDS, ids=[f.where for f in COMMANDS])
+def test_command_runs_as_written(fence, command_runs, record_property):
+    gpu_skip(fence)
+    command_runs.run_ok(fence.command, gpu=fence.gpu)
+    record_property("executed", "shell commands")
+
+
+@pytest.mark.parametrize("fence", OUTPUTS, ids=[f.where for f in OUTPUTS])
+def test_output_block_matches_a_fresh_run(fence, command_runs, request, record_property):
+    gpu_skip(fence)
+    actual = command_runs.run_ok(fence.attrs["after"], gpu=fence.gpu).stdout
+    if request.config.getoption("--update-outputs"):
+        rewrite_output_block(fence, actual)
+        return
+    problem = output_mismatch(fence.body, actual)
+    assert problem is None, f"{fence.where}: {problem}\n--- the command printed ---\n{actual}"
+    record_property("executed", "output blocks checked")
+
+
+def rewrite_output_block(fence, actual: str) -> None:
+    """Replace the block's body with `actual`. Earlier rewrites may have moved it: find it afresh as
+    the same-numbered Output block of its page."""
+    ordinal = [f for f in OUTPUTS if f.path == fence.path].index(fence)
+    fresh = [f for f in classify(fence.path) if f.kind == "output"][ordinal]
+    lines = fence.path.read_text().splitlines(keepends=True)
+    opening = lines[fresh.line - 1]
+    indent = opening[: len(opening) - len(opening.lstrip())]
+    old_length = len(fresh.body.strip("\n").splitlines()) if fresh.body.strip() else 0
+    body = [indent + ln + "\n" if ln else "\n" for ln in actual.strip("\n").splitlines()]
+    lines[fresh.line : fresh.line + old_length] = body
+    fence.path.write_text("".join(lines))
