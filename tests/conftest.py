@@ -13,6 +13,9 @@ import pytest
 from distdocs.launch import CommandResult, run_command
 from markdown_fences import REPO
 
+# Scripts that fail on purpose, run by torchrun from the harness tests; never imported by pytest.
+collect_ignore_glob = ["faulty_scripts/*"]
+
 COMMAND_TIMEOUT_S = 180
 EXIT_CRASH_MARKERS = ("terminate called", "SIGABRT", "Signal 6", "core dumped")
 

@@ -36,6 +36,7 @@ class CommandResult:
     stdout: str
     stderr: str
     elapsed_s: float
+    pid: int  # also the session id of everything the command started
     timed_out: bool = False
     leftovers: list[str] = field(default_factory=list)  # processes still alive after it ended
 
@@ -86,28 +87,29 @@ def _kill_session(sid: int) -> list[str]:
 def run_command(
     command: str, *, timeout_s: float, cwd: str | Path | None = None, env: dict | None = None
 ) -> CommandResult:
-    """Run `command` with bash in a new session; kill the whole session on timeout or when done."""
+    """Run `command` with bash in a new session; kill the whole session on timeout or when done.
+
+    Output goes to temporary files rather than pipes, so that a background process that inherited
+    them cannot keep us waiting after the command itself has exited."""
     start = time.monotonic()
-    proc = subprocess.Popen(
-        ["bash", "-c", command],
-        cwd=cwd,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        stdin=subprocess.DEVNULL,
-        text=True,
-        start_new_session=True,
-    )
-    timed_out = False
-    try:
-        stdout, stderr = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-        _kill_session(proc.pid)
-        stdout, stderr = proc.communicate()
-    leftovers = _kill_session(proc.pid)
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(
+            ["bash", "-c", command], cwd=cwd, env=env, stdout=out, stderr=err,
+            stdin=subprocess.DEVNULL, text=True, start_new_session=True,
+        )
+        timed_out = False
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            _kill_session(proc.pid)
+            proc.wait()
+        leftovers = _kill_session(proc.pid)
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read(), err.read()
     return CommandResult(
-        command, proc.returncode, stdout, stderr, time.monotonic() - start, timed_out, leftovers
+        command, proc.returncode, stdout, stderr, time.monotonic() - start, proc.pid, timed_out, leftovers
     )
 
 

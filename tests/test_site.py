@@ -1,0 +1,106 @@
+"""The built site: `mkdocs build --strict` is clean, nothing loads from another host, and in Chromium
+the home page has no console errors, search finds the lesson, and every request stays local."""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import os
+import re
+import threading
+from pathlib import Path
+
+import pytest
+
+from conftest import command_env
+from distdocs.launch import run_command
+from markdown_fences import REPO
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+# An asset that the browser loads by itself: scripts, stylesheets, icons, images, frames.
+LOADED_URL = re.compile(r"""<(?:script|img|iframe|source)\b[^>]*\bsrc=["'](https?:)?//""" 
+                        r"""|<link\b[^>]*\bhref=["'](https?:)?//""", re.I)
+
+
+@pytest.fixture(scope="session")
+def site_dir(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("site")
+    env = command_env(gpu=False) | {"NO_MKDOCS_2_WARNING": "1"}  # Material's banner about its successor
+    result = run_command(f"mkdocs build --strict --site-dir {out}", timeout_s=180, cwd=REPO, env=env)
+    assert result.returncode == 0, result.describe()
+    warnings = [ln for ln in result.stderr.splitlines() if ln.startswith("WARNING")]
+    assert not warnings, warnings
+    return out
+
+
+def test_strict_build_has_every_page(site_dir):
+    for page in ["index.html", "lesson/index.html", "lesson/data-parallelism/index.html", "testing/index.html"]:
+        assert (site_dir / page).is_file(), page
+
+
+def test_includes_are_expanded_in_the_built_page(site_dir):
+    html = (site_dir / "lesson/data-parallelism/index.html").read_text()
+    assert "average_gradients" in html and "--8&lt;--" not in html
+
+
+def test_no_page_loads_anything_from_another_host(site_dir):
+    offenders = []
+    for page in site_dir.rglob("*.html"):
+        offenders += [f"{page.relative_to(site_dir)}: {m.group(0)}" for m in LOADED_URL.finditer(page.read_text())]
+    assert not offenders, offenders
+    assert not any("fonts.googleapis" in p.read_text() for p in site_dir.rglob("*.html"))
+
+
+class QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.fixture
+def served_site(site_dir):
+    handler = functools.partial(QuietHandler, directory=str(site_dir))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)  # a free port
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.slow
+def test_home_page_and_search_in_chromium(served_site):
+    if not os.path.exists(CHROMIUM):
+        if os.environ.get("CI"):
+            pytest.fail("CI needs Debian's chromium at /usr/bin/chromium; `make test` installs it as root")
+        pytest.skip("no /usr/bin/chromium; `make test` installs it when run as root")
+    from playwright.sync_api import expect, sync_playwright
+
+    requests, errors = [], []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page()
+            page.on("request", lambda r: requests.append(r.url))
+            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(served_site, wait_until="networkidle")
+            expect(page).to_have_title(re.compile("distdocs"))
+            expect(page.locator("h1")).to_contain_text("distdocs")
+
+            page.locator("input.md-search__input").fill("data parallelism")  # focus opens the search
+            hit = page.locator(".md-search-result__item a[href*='lesson/data-parallelism/']").first
+            expect(hit).to_be_visible(timeout=15_000)
+
+            scheme = page.locator("body").get_attribute("data-md-color-scheme")
+            page.keyboard.press("Escape")
+            page.locator("form[data-md-component=palette] label:visible").first.click()
+            expect(page.locator("body")).not_to_have_attribute("data-md-color-scheme", scheme)
+        finally:
+            browser.close()
+    assert not errors, f"console errors: {errors}"
+    foreign = [u for u in requests if not u.startswith(served_site) and not u.startswith(("data:", "blob:"))]
+    assert not foreign, f"requests to other hosts: {foreign}"
