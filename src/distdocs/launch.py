@@ -2,9 +2,10 @@
 
 - `run_command` runs a shell command (a `torchrun ...` line, say) in its own process session, with a
   hard timeout, and kills whatever the command left running.
-- `spawn_world` runs a function on `world_size` gloo ranks joined through a FileStore (no ports), stops
-  at the first rank that fails, and raises with that rank's traceback. A rank that returns but then
-  dies at exit (a SIGABRT from a thread left running, say) fails the world too.
+- `World` keeps `world_size` gloo ranks, joined through a FileStore (no ports), to run functions on;
+  `spawn_world` runs one function on a fresh World. Both stop at the first rank that fails and raise
+  with that rank's traceback. A rank that returns but then dies at exit (a SIGABRT from a thread left
+  running, say) fails the world too.
 """
 
 from __future__ import annotations
@@ -113,7 +114,8 @@ def run_command(
     )
 
 
-def _rank_main(fn, rank, world_size, store_path, timeout_s, args, results) -> None:
+def _rank_loop(rank, world_size, store_path, timeout_s, tasks, results) -> None:
+    """One rank of a World: join the group, then run tasks until told to stop."""
     import torch.distributed as dist
 
     from distdocs.runtime import release_ddp_reducers
@@ -123,46 +125,95 @@ def _rank_main(fn, rank, world_size, store_path, timeout_s, args, results) -> No
         "gloo", store=store, rank=rank, world_size=world_size, timeout=timedelta(seconds=timeout_s)
     )
     try:
-        results.put((rank, True, fn(rank, world_size, *args)))
-    except BaseException:
-        results.put((rank, False, traceback.format_exc()))
-        raise SystemExit(1)
+        while (task := tasks.get()) is not None:
+            fn, args = task
+            try:
+                results.put((rank, True, fn(rank, world_size, *args)))
+            except BaseException:
+                results.put((rank, False, traceback.format_exc()))
+                raise SystemExit(1)
     finally:
         release_ddp_reducers()
         dist.destroy_process_group()
 
 
+class World:
+    """`world_size` gloo ranks, joined through a FileStore in a temporary folder (no ports), kept
+    alive between calls so that many small checks pay the start-up once.
+
+        with World(2) as world:
+            world.run(fn, x)   # fn(rank, world_size, x) on every rank; one result per rank
+
+    `fn` must be importable by name (defined at module level), as multiprocessing's spawn requires.
+    A rank that raises, a call that outlives `timeout_s`, or a rank that dies raises RankFailed with
+    the first failing rank's traceback, and the world is torn down. Closing the world checks that
+    every rank exited with code 0: one that aborts at exit fails too. No rank outlives the world.
+    """
+
+    def __init__(self, world_size: int, timeout_s: float = 60.0) -> None:
+        self.world_size, self.timeout_s = world_size, timeout_s
+        ctx = mp.get_context("spawn")
+        self._tmp = tempfile.TemporaryDirectory(prefix="distdocs-world-")
+        store_path = os.path.join(self._tmp.name, "store")
+        self._results = ctx.Queue()
+        self._tasks = [ctx.Queue() for _ in range(world_size)]
+        self._procs = [
+            ctx.Process(target=_rank_loop, daemon=True,
+                        args=(rank, world_size, store_path, timeout_s, self._tasks[rank], self._results))
+            for rank in range(world_size)
+        ]
+        for p in self._procs:
+            p.start()
+
+    def run(self, fn: Callable[..., Any], *args: Any) -> list[Any]:
+        for tasks in self._tasks:
+            tasks.put((fn, args))
+        try:
+            return _collect(self._procs, self._results, self.world_size, time.monotonic() + self.timeout_s)
+        except BaseException:
+            self.kill()
+            raise
+
+    def close(self) -> None:
+        """Stop every rank and check that each exited cleanly."""
+        for tasks in self._tasks:
+            tasks.put(None)
+        deadline = time.monotonic() + self.timeout_s
+        try:
+            for rank, p in enumerate(self._procs):
+                p.join(max(0.0, deadline - time.monotonic()))
+                if p.exitcode is None:
+                    raise RankFailed(f"rank {rank} did not exit within {self.timeout_s} s")
+                if p.exitcode != 0:
+                    name = f" ({signal.Signals(-p.exitcode).name})" if p.exitcode < 0 else ""
+                    raise RankFailed(f"rank {rank} finished its work, then exited with code {p.exitcode}{name}")
+        finally:
+            self.kill()
+
+    def kill(self) -> None:
+        for p in self._procs:
+            if p.is_alive():
+                p.kill()
+            p.join(KILL_GRACE_S)
+        self._tmp.cleanup()
+
+    def __enter__(self) -> "World":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.kill()
+
+
 def spawn_world(
     fn: Callable[..., Any], world_size: int, *args: Any, timeout_s: float = 60.0
 ) -> list[Any]:
-    """Run `fn(rank, world_size, *args)` on `world_size` gloo ranks; return each rank's result.
-
-    `fn` must be importable by name (defined at module level), as multiprocessing's spawn requires.
-    Raises RankFailed with the first failing rank's traceback, when `timeout_s` passes, or when a
-    rank exits non-zero after returning. No rank outlives this call.
-    """
-    ctx = mp.get_context("spawn")
-    results = ctx.Queue()
-    with tempfile.TemporaryDirectory(prefix="distdocs-world-") as tmp:
-        store_path = os.path.join(tmp, "store")
-        procs = [
-            ctx.Process(
-                target=_rank_main,
-                args=(fn, rank, world_size, store_path, timeout_s, args, results),
-                daemon=True,
-            )
-            for rank in range(world_size)
-        ]
-        for p in procs:
-            p.start()
-        try:
-            return _collect(procs, results, world_size, time.monotonic() + timeout_s)
-        finally:
-            for p in procs:
-                if p.is_alive():
-                    p.kill()
-                p.join(KILL_GRACE_S)
-            results.close()
+    """Run `fn(rank, world_size, *args)` once on a fresh World of `world_size` ranks; return each
+    rank's result. Raises RankFailed as World does, including for a rank that aborts at exit."""
+    with World(world_size, timeout_s) as world:
+        return world.run(fn, *args)
 
 
 def _collect(procs, results, world_size: int, deadline: float) -> list[Any]:
@@ -187,11 +238,4 @@ def _collect(procs, results, world_size: int, deadline: float) -> list[Any]:
         if not ok:
             raise RankFailed(f"rank {rank} failed:\n{value}")
         done[rank] = value
-    for rank, p in enumerate(procs):
-        p.join(max(0.0, deadline - time.monotonic()))
-        if p.exitcode is None:
-            raise RankFailed(f"rank {rank} returned but did not exit before the timeout")
-        if p.exitcode != 0:
-            name = f" ({signal.Signals(-p.exitcode).name})" if p.exitcode < 0 else ""
-            raise RankFailed(f"rank {rank} returned, then exited with code {p.exitcode}{name}")
     return [done[r] for r in range(world_size)]
