@@ -1,0 +1,97 @@
+"""distdocs.collectives.ring_allreduce against gloo's all_reduce: any length (0 and 1 included), any
+shape, float32, float64, int64 and bfloat16, world sizes 1 to 4, and clear errors for bad input.
+
+Hypothesis draws the cases in this process and sends each to long-lived ranks (distdocs.launch.World),
+so that a failing case shrinks here while the ranks stay up.
+
+Tolerance. Integers must be bitwise equal. Floats: two ways of adding the same n numbers in another
+order each err by at most (n-1)·u·Σ|x| (u: the dtype's unit roundoff, 2^-24 for float32, 2^-53 for
+float64, 2^-8 for bfloat16), so they may differ by twice that, element by element. A relative
+tolerance on the result alone would fail wherever the sum cancels to near zero.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.distributed as dist
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from distdocs.collectives import ring_allreduce
+from distdocs.launch import RankFailed, World
+
+DTYPES = ["float32", "float64", "int64", "bfloat16"]
+UNIT_ROUNDOFF = {"float32": 2.0**-24, "float64": 2.0**-53, "bfloat16": 2.0**-8}
+
+
+def make_input(rank: int, shape: tuple[int, ...], dtype_name: str, seed: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed * 7919 + rank)
+    if dtype_name == "int64":
+        return torch.randint(-(2**40), 2**40, shape, generator=g)
+    return (torch.randn(shape, generator=g, dtype=torch.float64) * 10).to(getattr(torch, dtype_name))
+
+
+def ring_and_gloo(rank: int, world_size: int, shape, dtype_name: str, seed: int):
+    x = make_input(rank, shape, dtype_name, seed)
+    ours = ring_allreduce(x.clone())
+    theirs = x.clone()
+    dist.all_reduce(theirs)
+    magnitude = x.abs().double()
+    dist.all_reduce(magnitude)
+    return ours, theirs, magnitude
+
+
+def assert_ring_matches_gloo(results, world_size: int, dtype_name: str) -> None:
+    ours0 = results[0][0]
+    for ours, theirs, magnitude in results:
+        assert torch.equal(ours, ours0), "ranks disagree: the all-gather must give every rank the same bits"
+        if dtype_name == "int64":
+            assert torch.equal(ours, theirs)
+        else:
+            bound = 2 * max(world_size - 1, 1) * UNIT_ROUNDOFF[dtype_name] * magnitude
+            err = (ours.double() - theirs.double()).abs()
+            assert bool((err <= bound).all()), f"max error {err.max()} beyond the bound"
+
+
+@pytest.fixture(scope="module", params=[1, 2, 3, 4], ids=lambda n: f"world{n}")
+def world(request):
+    with World(request.param, timeout_s=60) as w:
+        yield w
+
+
+@settings(max_examples=40, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(shape=st.lists(st.integers(0, 9), max_size=4).map(tuple),
+       dtype_name=st.sampled_from(DTYPES), seed=st.integers(0, 2**16))
+def test_ring_equals_gloo_on_random_shapes(world, shape, dtype_name, seed):
+    results = world.run(ring_and_gloo, shape, dtype_name, seed)
+    assert_ring_matches_gloo(results, world.world_size, dtype_name)
+
+
+@pytest.mark.parametrize("numel", [0, 1, 2, 3, 5, 7])
+def test_ring_handles_lengths_below_and_around_the_world_size(world, numel):
+    for dtype_name in DTYPES:
+        assert_ring_matches_gloo(world.run(ring_and_gloo, (numel,), dtype_name, numel), world.world_size, dtype_name)
+
+
+def test_ring_handles_tensors_larger_than_a_segment(world):
+    # 3,000,001 float32s: 12 MB, uneven chunks, several 1 MB segments per step.
+    assert_ring_matches_gloo(world.run(ring_and_gloo, (3_000_001,), "float32", 1), world.world_size, "float32")
+
+
+def non_contiguous_on_rank_1(rank: int, world_size: int) -> None:
+    x = torch.ones(4, 6)
+    ring_allreduce(x.t() if rank == 1 else x)
+
+
+def different_sizes(rank: int, world_size: int) -> None:
+    ring_allreduce(torch.ones(10 + rank))
+
+
+@pytest.mark.parametrize("fn, message", [(non_contiguous_on_rank_1, "needs a contiguous tensor on every rank"),
+                                         (different_sizes, "different sizes")])
+def test_bad_input_raises_on_every_rank_without_hanging(fn, message):
+    with pytest.raises(RankFailed, match=message):
+        with World(2, timeout_s=30) as w:
+            w.run(fn)
