@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 # Material prints a banner about its successor on every build; it is noise in test logs.
 export NO_MKDOCS_2_WARNING := 1
 
-.PHONY: serve test build lock chromium clean
+.PHONY: serve test build bench lock chromium clean
 
 # The lock pins every package, torch==2.13.0 (a CPU build) among them: an unpinned torch would pull
 # a CUDA build of several GB. The stamp makes the install run again when the lock changes.
@@ -27,6 +27,10 @@ build: $(STAMP)
 
 test: $(STAMP) chromium
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# Re-measure the data that the pages quote; the machine is recorded with the numbers.
+bench: $(STAMP)
+	$(BIN)/distdocs bench allreduce --world-sizes 2,4 --sizes 256K,4M,64M --iters 10 --save benchmarks/allreduce-cpu
 
 # The browser test drives Debian's chromium through Playwright's Python package. Never run
 # `playwright install`: it downloads a browser, which this network does not allow.

@@ -76,7 +76,7 @@ def test_ring_handles_lengths_below_and_around_the_world_size(world, numel):
 
 
 def test_ring_handles_tensors_larger_than_a_segment(world):
-    # 3,000,001 float32s: 12 MB, uneven chunks, several 1 MB segments per step.
+    # 3,000,001 float32s: 12 MB, uneven chunks, and at world size 2 two segments (4 MB + 2 MB) per ring step.
     assert_ring_matches_gloo(world.run(ring_and_gloo, (3_000_001,), "float32", 1), world.world_size, "float32")
 
 

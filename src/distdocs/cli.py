@@ -52,6 +52,31 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench_allreduce(args: argparse.Namespace) -> int:
+    from distdocs.bench import bench_allreduce, format_allreduce_table, machine_info, parse_size
+
+    try:
+        sizes = [parse_size(s) for s in args.sizes.split(",")]
+        world_sizes = [int(w) for w in args.world_sizes.split(",")]
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if any(w < 1 for w in world_sizes) or args.iters < 1 or args.warmup < 0:
+        print("error: world sizes and --iters must be at least 1, --warmup at least 0", file=sys.stderr)
+        return 2
+    progress = None if args.json else (lambda msg: print(msg, file=sys.stderr, flush=True))
+    records = bench_allreduce(world_sizes, sizes, args.iters, args.warmup, progress)
+    machine = machine_info()
+    table = format_allreduce_table(records, machine)
+    if args.save:
+        with open(f"{args.save}.json", "w") as f:
+            json.dump({"machine": machine, "records": records}, f, indent=2)
+        with open(f"{args.save}.txt", "w") as f:
+            f.write(table + "\n")
+    print(json.dumps({"machine": machine, "records": records}, indent=2) if args.json else table)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="distdocs",
@@ -62,6 +87,21 @@ def build_parser() -> argparse.ArgumentParser:
     doctor = sub.add_parser("doctor", help="report what this machine offers for distributed training")
     doctor.add_argument("--json", action="store_true", help="print the report as JSON")
     doctor.set_defaults(func=cmd_doctor)
+
+    bench = sub.add_parser("bench", help="benchmarks, measured side by side in one run")
+    bench_sub = bench.add_subparsers(dest="benchmark", metavar="BENCHMARK", required=True)
+    allreduce = bench_sub.add_parser(
+        "allreduce", help="gloo's all_reduce against distdocs' ring_allreduce: time, algbw, busbw")
+    allreduce.add_argument("--world-sizes", default="2,4", help="comma-separated (default: 2,4)")
+    allreduce.add_argument("--sizes", default="256K,4M,64M",
+                           help="comma-separated byte counts, K/M/G binary (default: 256K,4M,64M)")
+    allreduce.add_argument("--iters", type=int, default=10, help="timed iterations per size (default: 10)")
+    allreduce.add_argument("--warmup", type=int, default=3, help="untimed iterations first (default: 3)")
+    allreduce.add_argument("--json", action="store_true",
+                           help="print {machine, records} as JSON instead of the table")
+    allreduce.add_argument("--save", metavar="PREFIX",
+                           help="also write PREFIX.json and PREFIX.txt (the data the pages quote)")
+    allreduce.set_defaults(func=cmd_bench_allreduce)
     return parser
 
 

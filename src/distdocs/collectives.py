@@ -14,8 +14,8 @@ import torch
 import torch.distributed as dist
 
 # Each ring step's chunk moves in segments of this many bytes, so that adding one segment overlaps
-# with receiving the next.
-SEGMENT_BYTES = 1 << 20
+# with receiving the next. 4 MB did best of 256 KB, 1 MB, 4 MB and unsegmented on 2 cores with gloo.
+SEGMENT_BYTES = 4 << 20
 DTYPE_CODES = {torch.float32: 1, torch.float64: 2, torch.int64: 3, torch.bfloat16: 4, torch.float16: 5,
                torch.int32: 6}
 

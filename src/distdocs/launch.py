@@ -116,10 +116,14 @@ def run_command(
 
 def _rank_loop(rank, world_size, store_path, timeout_s, tasks, results) -> None:
     """One rank of a World: join the group, then run tasks until told to stop."""
+    import torch
     import torch.distributed as dist
 
     from distdocs.runtime import release_ddp_reducers
 
+    # One compute thread per rank, as torchrun sets OMP_NUM_THREADS=1: ranks that each spawn a thread
+    # per core fight over the cores with each other and with gloo's own threads.
+    torch.set_num_threads(1)
     store = dist.FileStore(store_path, world_size)
     dist.init_process_group(
         "gloo", store=store, rank=rank, world_size=world_size, timeout=timedelta(seconds=timeout_s)

@@ -1,0 +1,116 @@
+"""Benchmarks, measured in one run so that the ratios hold on a noisy shared machine.
+
+`distdocs bench allreduce` times gloo's `all_reduce` and our `ring_allreduce` side by side, size by
+size, on the same ranks, and reports what nccl-tests reports:
+
+- time: the median over iterations of the slowest rank's time (each iteration starts at a barrier);
+- algbw = bytes / time;
+- busbw = algbw * 2(n-1)/n, the bytes each rank's link actually carries in a ring, so that numbers
+  for different world sizes compare with the hardware's bandwidth.
+
+Before timing a size, each implementation's result is checked: every rank contributes rank+1, so the
+sum must be n(n+1)/2 exactly (small integers are exact in float32).
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import statistics
+import time
+
+import torch
+import torch.distributed as dist
+
+from distdocs.collectives import ring_allreduce
+from distdocs.launch import World
+
+IMPLS = ("gloo", "ring")
+SUFFIXES = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+
+def parse_size(text: str) -> int:
+    """'256K', '4M', '1G' (binary: K = 1024) or plain bytes, to a byte count that is a multiple of 4."""
+    t = text.strip().upper().removesuffix("B")
+    scale = SUFFIXES.get(t[-1:], 1)
+    number = t[:-1] if t[-1:] in SUFFIXES else t
+    if not number.isdigit() or int(number) * scale < 4 or int(number) * scale % 4:
+        raise ValueError(f"bad size {text!r}: use bytes (a multiple of 4) or 256K, 4M, 1G")
+    return int(number) * scale
+
+
+def machine_info() -> dict:
+    """What the numbers were measured on."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return {"cpu": cpu, "cores": os.cpu_count(), "torch": torch.__version__, "backend": "gloo",
+            "python": platform.python_version(), "date": datetime.date.today().isoformat()}
+
+
+def _run_impl(name: str, x: torch.Tensor) -> None:
+    if name == "gloo":
+        dist.all_reduce(x)
+    else:
+        ring_allreduce(x, validate=False)
+
+
+def _time_sizes(rank: int, world_size: int, sizes: list[int], iters: int, warmup: int) -> list[dict]:
+    records = []
+    for nbytes in sizes:
+        x = torch.empty(nbytes // 4, dtype=torch.float32)
+        for name in IMPLS:
+            x.fill_(rank + 1)
+            _run_impl(name, x)
+            expected = world_size * (world_size + 1) / 2
+            if not bool((x == expected).all()):
+                raise AssertionError(f"{name} allreduce of {nbytes} bytes gave a wrong sum")
+            times = []
+            for i in range(warmup + iters):
+                dist.barrier()
+                start = time.perf_counter()
+                _run_impl(name, x)
+                elapsed = torch.tensor([time.perf_counter() - start], dtype=torch.float64)
+                dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)  # the slowest rank sets the pace
+                if i >= warmup:
+                    times.append(elapsed.item())
+            t = statistics.median(times)
+            algbw = nbytes / t / 1e9
+            records.append({"impl": name, "world_size": world_size, "bytes": nbytes, "dtype": "float32",
+                            "iters": iters, "time_s": t, "algbw_gbps": algbw,
+                            "busbw_gbps": algbw * 2 * (world_size - 1) / world_size})
+    return records
+
+
+def bench_allreduce(world_sizes: list[int], sizes: list[int], iters: int = 10, warmup: int = 3,
+                    progress=None) -> list[dict]:
+    """Time both implementations at every size and world size; add each ring record's busbw ratio
+    to gloo's at the same size."""
+    records = []
+    for n in world_sizes:
+        if progress:
+            progress(f"world size {n}: {len(sizes)} sizes x {len(IMPLS)} implementations x {iters} iterations")
+        with World(n, timeout_s=600) as world:
+            records += world.run(_time_sizes, sizes, iters, warmup)[0]
+    gloo = {(r["world_size"], r["bytes"]): r for r in records if r["impl"] == "gloo"}
+    for r in records:
+        base = gloo[(r["world_size"], r["bytes"])]
+        r["busbw_ratio_vs_gloo"] = r["busbw_gbps"] / base["busbw_gbps"] if base["busbw_gbps"] else None
+    return records
+
+
+def format_allreduce_table(records: list[dict], machine: dict) -> str:
+    """nccl-tests' columns, one line per implementation, size and world size."""
+    lines = [f"# {machine['cpu']}, {machine['cores']} cores, torch {machine['torch']}, "
+             f"{machine['backend']}, {machine['date']}",
+             f"{'ranks':>5} {'size (B)':>10} {'impl':>5} {'time (us)':>10} {'algbw (GB/s)':>12} "
+             f"{'busbw (GB/s)':>12} {'vs gloo':>7}"]
+    for r in records:
+        ratio = "" if r["impl"] == "gloo" else f"{r['busbw_ratio_vs_gloo']:.2f}x"
+        lines.append(f"{r['world_size']:>5} {r['bytes']:>10} {r['impl']:>5} {r['time_s'] * 1e6:>10.1f} "
+                     f"{r['algbw_gbps']:>12.3f} {r['busbw_gbps']:>12.3f} {ratio:>7}")
+    return "\n".join(lines)

@@ -1,0 +1,45 @@
+"""distdocs bench allreduce: the records it reports, the saved data the pages quote, and bad input."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from distdocs import cli
+from distdocs.bench import bench_allreduce, format_allreduce_table, parse_size
+from markdown_fences import REPO
+
+SAVED = REPO / "benchmarks" / "allreduce-cpu"
+FIELDS = {"impl", "world_size", "bytes", "time_s", "algbw_gbps", "busbw_gbps", "busbw_ratio_vs_gloo"}
+
+
+def test_parse_size():
+    assert [parse_size(s) for s in ["4096", "256K", "4M", "1G", "4MB"]] == [4096, 262144, 4 << 20, 1 << 30, 4 << 20]
+    for bad in ["3", "0", "abc", "1.5M", "-4K"]:
+        with pytest.raises(ValueError, match="bad size"):
+            parse_size(bad)
+
+
+def test_bench_reports_both_implementations_with_nccl_tests_definitions():
+    records = bench_allreduce([2], [4096, 65536], iters=2, warmup=1)
+    assert [(r["impl"], r["bytes"]) for r in records] == [("gloo", 4096), ("ring", 4096), ("gloo", 65536), ("ring", 65536)]
+    for r in records:
+        assert FIELDS <= r.keys() and r["time_s"] > 0
+        assert r["algbw_gbps"] == pytest.approx(r["bytes"] / r["time_s"] / 1e9)
+        assert r["busbw_gbps"] == pytest.approx(r["algbw_gbps"] * 2 * (2 - 1) / 2)
+    assert all(r["busbw_ratio_vs_gloo"] == 1.0 for r in records if r["impl"] == "gloo")
+
+
+def test_saved_results_are_complete_and_the_table_is_generated_from_them():
+    data = json.loads(SAVED.with_suffix(".json").read_text())
+    assert {"cpu", "cores", "torch", "backend", "date"} <= data["machine"].keys()
+    assert data["records"] and all(FIELDS <= r.keys() for r in data["records"])
+    assert SAVED.with_suffix(".txt").read_text().strip() == format_allreduce_table(data["records"], data["machine"])
+
+
+@pytest.mark.parametrize("argv", [["--sizes", "3"], ["--world-sizes", "0"], ["--iters", "0"]])
+def test_bad_bench_arguments_get_one_line_and_exit_2(argv, capsys):
+    assert cli.main(["bench", "allreduce", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "\n" not in err
