@@ -46,7 +46,9 @@ def check_same_tensor_everywhere(tensor: torch.Tensor, group=None) -> None:
                         f"supported: {', '.join(str(d) for d in DTYPE_CODES)})")
 
 
-def _exchange(send: torch.Tensor, dst: int, recv: torch.Tensor, src: int, group) -> tuple[list, list]:
+def _exchange(
+    send: torch.Tensor, dst: int, recv: torch.Tensor, src: int, group, counts: dict
+) -> tuple[list, list]:
     """Start sending `send` to `dst` and receiving into `recv` from `src`, each in segments.
 
     Returns (send requests, one receive request per segment of `recv`), or, where the backend
@@ -54,6 +56,8 @@ def _exchange(send: torch.Tensor, dst: int, recv: torch.Tensor, src: int, group)
     All messages go in one batch_isend_irecv call: nccl deadlocks on a separate send and receive
     that cross between two ranks."""
     sends, recvs = _segments(send), _segments(recv)
+    counts["steps"] = counts.get("steps", 0) + 1
+    counts["bytes_sent"] = counts.get("bytes_sent", 0) + send.numel() * send.element_size()
     ops = [dist.P2POp(dist.isend, t, dst, group) for t in sends]
     ops += [dist.P2POp(dist.irecv, t, src, group) for t in recvs]
     reqs = dist.batch_isend_irecv(ops) if ops else []
@@ -68,13 +72,16 @@ def _segments(t: torch.Tensor) -> list[torch.Tensor]:
 
 
 # --8<-- [start:ring]
-def ring_allreduce(tensor: torch.Tensor, group=None, validate: bool = True) -> torch.Tensor:
+def ring_allreduce(
+    tensor: torch.Tensor, group=None, validate: bool = True, stats: dict | None = None
+) -> torch.Tensor:
     """Sum `tensor` across ranks, in place: a reduce-scatter, then an all-gather, around a ring.
 
     The tensor is cut into n chunks. In each of n-1 reduce-scatter steps every rank sends one chunk to
     its right neighbour and adds the chunk that arrives from its left; after them, rank r holds the
     full sum of chunk (r+1) % n. In n-1 all-gather steps the finished chunks travel once more around
     the ring. Every rank sends 2(n-1) chunks of S/n bytes: 2(n-1)/n * S in all, whatever n is.
+    Pass a dict as `stats` to have this rank's "steps" and "bytes_sent" counted into it.
     """
     if validate:
         check_same_tensor_everywhere(tensor, group)
@@ -85,11 +92,12 @@ def ring_allreduce(tensor: torch.Tensor, group=None, validate: bool = True) -> t
     right, left = _peer(group, (rank + 1) % n), _peer(group, (rank - 1) % n)
     chunks = tensor.view(-1).tensor_split(n)  # sizes differ by at most one element
     inbox = torch.empty_like(chunks[0])
+    counts = stats if stats is not None else {}
 
     for step in range(n - 1):  # reduce-scatter
         send, recv = chunks[(rank - step) % n], chunks[(rank - step - 1) % n]
         arriving = inbox[: recv.numel()]
-        sends, recvs = _exchange(send, right, arriving, left, group)
+        sends, recvs = _exchange(send, right, arriving, left, group, counts)
         if len(recvs) == len(_segments(arriving)):
             # Add each segment as soon as it lands, while the later ones are still in flight.
             for target, segment, req in zip(_segments(recv), _segments(arriving), recvs):
@@ -104,7 +112,7 @@ def ring_allreduce(tensor: torch.Tensor, group=None, validate: bool = True) -> t
 
     for step in range(n - 1):  # all-gather: finished chunks overwrite stale ones
         send, recv = chunks[(rank + 1 - step) % n], chunks[(rank - step) % n]
-        sends, recvs = _exchange(send, right, recv, left, group)
+        sends, recvs = _exchange(send, right, recv, left, group, counts)
         for req in sends + recvs:
             req.wait()
     return tensor
