@@ -58,11 +58,13 @@ def test_plain_python_gets_a_one_line_error_with_the_torchrun_command():
 
 
 def test_wrong_world_size_gets_one_line_naming_the_right_command():
-    script = "tests/faulty_scripts/needs_two_ranks.py"
-    result = CommandRuns().run(f"torchrun --standalone --nproc_per_node=1 {script}")
+    script = "examples/model_parallel/step01_split_layers.py"  # needs exactly 2 ranks
+    result = CommandRuns().run(f"torchrun --standalone --nproc_per_node=3 {script}")
     assert result.returncode != 0 and not result.timed_out and not result.leftovers
-    wanted = (f"error: {script} needs exactly 2 processes, got 1; "
+    wanted = (f"error: {script} needs exactly 2 processes, got 3; "
               f"launch it with: torchrun --standalone --nproc_per_node=2 {script}")
     assert wanted in result.stderr.splitlines()
+    assert result.stderr.count(wanted) == 1  # said once, by rank 0, not by every rank
+    assert "exitcode  : 2" in result.stderr  # torchrun reports the rank's usage exit code
     # torchrun adds its own report and traceback when a worker fails; the script adds none.
     assert f'{script}", line' not in result.stderr
