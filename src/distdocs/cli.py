@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import sys
@@ -77,6 +78,61 @@ def cmd_bench_allreduce(args: argparse.Namespace) -> int:
     return 0
 
 
+def parse_count(text: str) -> float:
+    """'70B', '7e9', '125M' to a number."""
+    scale = {"K": 1e3, "M": 1e6, "B": 1e9, "T": 1e12}.get(text[-1:].upper(), 1)
+    try:
+        value = float(text[:-1] if scale != 1 else text)
+    except ValueError:
+        value = -1.0
+    if not value > 0 or math.isinf(value):
+        raise ValueError(f"bad count {text!r}: use a positive number such as 70B, 125M or 7e9")
+    return value * scale
+
+
+def cmd_memory(args: argparse.Namespace) -> int:
+    from distdocs import memory as m
+
+    try:
+        params = parse_count(args.params)
+        states = m.bytes_per_parameter(args.precision, args.optimizer)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    act_args = (args.layers, args.hidden, args.seq_len, args.micro_batch)
+    if any(a is not None for a in act_args) and not all(a and a > 0 for a in act_args):
+        print("error: the activation estimate needs --layers, --hidden, --seq-len and --micro-batch, "
+              "all positive", file=sys.stderr)
+        return 2
+    if args.devices < 1 or args.device_gib <= 0:
+        print("error: --devices and --device-gib must be positive", file=sys.stderr)
+        return 2
+    acts = m.activation_bytes(*act_args) if all(act_args) else 0
+    device = args.device_gib * m.GIB
+    gib = lambda b: f"{b / m.GIB:9.1f} GiB"  # noqa: E731
+    fits = lambda b: "fits" if b <= device else "does not fit"  # noqa: E731
+
+    print(f"{params / 1e9:.1f} B parameters, {args.precision}, {args.optimizer}: "
+          f"{states.total} bytes per parameter of model states")
+    for name, per in states.parts().items():
+        if per:
+            print(f"  {name:<16} {per:>3} B/param {gib(params * per)}")
+    total = params * states.total
+    print(f"  {'model states':<16} {states.total:>3} B/param {gib(total)}")
+    if acts:
+        print(f"  {'activations':<16} {'':>9} {gib(acts)}  (estimate: 34*s*b*h bytes x {args.layers} layers, "
+              f"s={args.seq_len}, b={args.micro_batch}, h={args.hidden})")
+    print(f"one {args.device_gib:g} GiB device: {fits(total + acts)} (needs {gib(total + acts).strip()})")
+    print(f"per device, data parallel over {args.devices} devices (model states + activations):")
+    for strategy in m.SHARDED:
+        each = m.per_device_model_states(params, states, strategy, args.devices) + acts
+        print(f"  {strategy:<12} {gib(each)}  {fits(each)}")
+    need = m.devices_to_fit(params, states, device, acts)
+    print(f"split evenly across devices (tensor x pipeline parallel, activations split too): "
+          f"at least {need} devices of {args.device_gib:g} GiB")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="distdocs",
@@ -87,6 +143,17 @@ def build_parser() -> argparse.ArgumentParser:
     doctor = sub.add_parser("doctor", help="report what this machine offers for distributed training")
     doctor.add_argument("--json", action="store_true", help="print the report as JSON")
     doctor.set_defaults(func=cmd_doctor)
+
+    mem = sub.add_parser("memory", help="memory needed to train a model, and what sharding does to it")
+    mem.add_argument("--params", required=True, help="parameter count: 70B, 125M, 7e9")
+    mem.add_argument("--precision", default="bf16-mixed", help="fp32 or bf16-mixed (default)")
+    mem.add_argument("--optimizer", default="adam", help="adam (default) or sgd (with momentum)")
+    mem.add_argument("--devices", type=int, default=8, help="data-parallel devices (default: 8)")
+    mem.add_argument("--device-gib", type=float, default=80, help="memory per device in GiB (default: 80)")
+    for flag, text in [("--layers", "transformer layers"), ("--hidden", "hidden size"),
+                       ("--seq-len", "sequence length"), ("--micro-batch", "sequences per device")]:
+        mem.add_argument(flag, type=int, help=f"{text}, for the activation estimate")
+    mem.set_defaults(func=cmd_memory)
 
     bench = sub.add_parser("bench", help="benchmarks, measured side by side in one run")
     bench_sub = bench.add_subparsers(dest="benchmark", metavar="BENCHMARK", required=True)
