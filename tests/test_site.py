@@ -91,7 +91,12 @@ def test_home_page_and_search_in_chromium(served_site):
             expect(page).to_have_title(re.compile("distdocs"))
             expect(page.locator("h1")).to_contain_text("distdocs")
 
-            page.locator("input.md-search__input").fill("data parallelism")  # focus opens the search
+            search = page.locator("input.md-search__input")
+            search.focus()  # opens the search; the index loads in a web worker
+            # A query typed before the index is ready is not run again, so wait for it first.
+            expect(page.locator(".md-search-result__meta")).to_have_text(
+                re.compile("Type to start searching"), timeout=15_000)
+            search.press_sequentially("data parallelism", delay=20)  # real key events, as a reader types
             hit = page.locator(".md-search-result__item a[href*='lesson/data-parallelism/']").first
             expect(hit).to_be_visible(timeout=15_000)
 
