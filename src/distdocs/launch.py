@@ -24,6 +24,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 KILL_GRACE_S = 3.0
+# Helpers that end on their own once their parent has gone (multiprocessing's resource tracker, say)
+# get this long before they count as left behind.
+LINGER_S = 2.0
 
 
 class RankFailed(RuntimeError):
@@ -105,6 +108,9 @@ def run_command(
             timed_out = True
             _kill_session(proc.pid)
             proc.wait()
+        deadline = time.monotonic() + LINGER_S
+        while _session_members(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
         leftovers = _kill_session(proc.pid)
         out.seek(0)
         err.seek(0)
