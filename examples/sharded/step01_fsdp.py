@@ -1,0 +1,100 @@
+"""Sharded data parallelism with FSDP2's fully_shard: each rank keeps 1/n of the parameters,
+gradients and optimizer state, and gathers a layer's weights only while it computes with them.
+
+Launch (2 processes on the CPU, gloo; try 4 and watch the shares halve):
+
+    torchrun --standalone --nproc_per_node=2 examples/sharded/step01_fsdp.py
+
+Every rank trains on its own shard of each batch, as in data parallelism. Rank 0 prints the bytes of
+parameters, gradients and Adam state that each rank holds, counted from the local shards, next to
+what data parallelism (DDP) keeps on every rank, and the self-check asserts that each rank holds
+exactly 1/n of each and that the trained model equals one process trained on the full batches.
+"""
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import fully_shard
+
+from distdocs.runtime import distributed, print0
+
+WIDTH = 256  # divisible by 2 and 4, so the shards are exact
+STEPS = 20
+GLOBAL_BATCH = 64
+
+
+def make_model() -> nn.Sequential:
+    torch.manual_seed(0)  # the same initial weights on every rank and in the reference
+    return nn.Sequential(nn.Linear(32, WIDTH), nn.ReLU(), nn.Linear(WIDTH, WIDTH), nn.ReLU(),
+                         nn.Linear(WIDTH, WIDTH), nn.ReLU(), nn.Linear(WIDTH, 8))
+
+
+def batches(device):
+    g = torch.Generator().manual_seed(1)
+    for _ in range(STEPS):
+        x = torch.randn(GLOBAL_BATCH, 32, generator=g)
+        yield x.to(device), x[:, :8].sin().to(device)
+
+
+def local_bytes(tensors) -> int:
+    """Bytes this rank actually stores: the local shard of a DTensor, or the whole tensor."""
+    local = [t.to_local() if hasattr(t, "to_local") else t for t in tensors]
+    return sum(t.numel() * t.element_size() for t in local)
+
+
+def train(model, opt, device, rank, world_size):
+    for x, y in batches(device):
+        mine = slice(rank * GLOBAL_BATCH // world_size, (rank + 1) * GLOBAL_BATCH // world_size)
+        loss = nn.functional.mse_loss(model(x[mine]), y[mine])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+
+def main() -> None:
+    with distributed() as rt:
+        n = rt.world_size
+        # --8<-- [start:shard]
+        mesh = init_device_mesh(rt.device.type, (n,))
+        model = make_model().to(rt.device)
+        for layer in model:
+            if isinstance(layer, nn.Linear):
+                fully_shard(layer, mesh=mesh)  # each Linear gathers its weights only when it runs
+        fully_shard(model, mesh=mesh)
+        opt = torch.optim.Adam(model.parameters(), lr=1e-3)  # its state is sharded like the weights
+        train(model, opt, rt.device, rt.rank, n)
+        # --8<-- [end:shard]
+
+        # --8<-- [start:self_check]
+        reference = make_model().to(rt.device)  # one process, full batches: what DDP computes too
+        ref_opt = torch.optim.Adam(reference.parameters(), lr=1e-3)
+        train(reference, ref_opt, rt.device, 0, 1)
+
+        states = lambda o: [t for s in o.state.values() for t in s.values() if t.dim() > 0]  # noqa: E731
+        full = [local_bytes(reference.parameters()), local_bytes(p.grad for p in reference.parameters()),
+                local_bytes(states(ref_opt))]
+        mine = [local_bytes(model.parameters()), local_bytes(p.grad for p in model.parameters()),
+                local_bytes(states(opt))]
+        every = [None] * n
+        dist.all_gather_object(every, mine)
+        print0(f"{'bytes':>18} {'parameters':>11} {'gradients':>10} {'Adam state':>11}")
+        print0(f"{'DDP, every rank':>18} {full[0]:>11} {full[1]:>10} {full[2]:>11}")
+        for r, b in enumerate(every):
+            print0(f"{f'FSDP, rank {r}':>18} {b[0]:>11} {b[1]:>10} {b[2]:>11}")
+        assert all(b * n == f for b, f in zip(mine, full)), "each rank should hold exactly 1/n"
+        print0(f"each rank holds 1/{n} of each: True")
+
+        diff = 0.0
+        for p, q in zip(model.parameters(), reference.parameters()):
+            whole = p.full_tensor()  # all_gather the shards to compare with one process
+            diff = max(diff, (whole - q).abs().max().item())
+            # float32 defaults: the ranks' reduce-scatter averages shard gradients in another order.
+            torch.testing.assert_close(whole, q)
+        print0(f"max |FSDP - one process, full batch| = {diff:.1e}")
+        print0("self-check passed")
+        # --8<-- [end:self_check]
+
+
+if __name__ == "__main__":
+    main()
