@@ -1,0 +1,96 @@
+"""GPipe by hand: two stages on two ranks, the batch cut into micro-batches.
+
+Launch (exactly 2 processes; the CPU and gloo are enough):
+
+    torchrun --standalone --nproc_per_node=2 examples/pipeline_parallel/step01_gpipe_by_hand.py
+
+Each step, rank 0 runs the forward of micro-batch 1, sends it on, and starts micro-batch 2 while
+rank 1 works on micro-batch 1. When every forward is done, the backwards run in reverse order.
+Gradients add up over the micro-batches. Rank 0 prints, for several micro-batch counts m, the
+bubble fraction (p-1)/(m+p-1) of the schedule, and the self-check asserts that every m trains the same
+model as one process on the whole batch.
+"""
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from distdocs.runtime import distributed, print0
+
+WIDTH = 128
+BATCH = 32
+STEPS = 10
+LR = 0.05
+MICROBATCH_COUNTS = (1, 2, 4, 8)
+
+
+def make_model() -> nn.Sequential:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(16, WIDTH), nn.Tanh(), nn.Linear(WIDTH, WIDTH), nn.Tanh(),  # stage 0
+                         nn.Linear(WIDTH, WIDTH), nn.Tanh(), nn.Linear(WIDTH, 1))  # stage 1
+
+
+def batches(device):
+    g = torch.Generator().manual_seed(1)
+    for _ in range(STEPS):
+        x = torch.randn(BATCH, 16, generator=g)
+        yield x.to(device), torch.sin(x.sum(dim=1, keepdim=True)).to(device)
+
+
+# --8<-- [start:gpipe_step]
+def gpipe_step(stage: nn.Module, rank: int, x, y, m: int) -> None:
+    """One training step's forwards and backwards for m micro-batches (GPipe: all F, then all B)."""
+    shape = (x.shape[0] // m, WIDTH)
+    kept = []  # what each micro-batch's backward needs
+    for xs, ys in zip(x.chunk(m), y.chunk(m)):  # all forwards
+        if rank == 0:
+            h = stage(xs)
+            dist.send(h.detach(), dst=1)
+            kept.append(h)
+        else:
+            h = torch.empty(shape, device=x.device)
+            dist.recv(h, src=0)
+            h.requires_grad_()
+            loss = nn.functional.mse_loss(stage(h), ys) / m  # mean over the whole batch
+            kept.append((h, loss))
+    for item in reversed(kept):  # all backwards, last micro-batch first
+        if rank == 0:
+            grad = torch.empty(shape, device=x.device)
+            dist.recv(grad, src=1)
+            item.backward(grad)  # gradients add up in .grad over micro-batches
+        else:
+            h, loss = item
+            loss.backward()
+            dist.send(h.grad, dst=0)
+# --8<-- [end:gpipe_step]
+
+
+def main() -> None:
+    with distributed(world_size=2) as rt:
+        reference = make_model().to(rt.device)
+        ref_opt = torch.optim.SGD(reference.parameters(), lr=LR)
+        for x, y in batches(rt.device):
+            ref_opt.zero_grad()
+            nn.functional.mse_loss(reference(x), y).backward()
+            ref_opt.step()
+        mine_ref = reference[:4] if rt.rank == 0 else reference[4:]
+
+        p = rt.world_size  # pipeline stages
+        print0(f"{'micro-batches m':>15} {'bubble (p-1)/(m+p-1)':>21} {'equal to one process':>21}")
+        for m in MICROBATCH_COUNTS:
+            full = make_model()
+            stage = (full[:4] if rt.rank == 0 else full[4:]).to(rt.device)
+            opt = torch.optim.SGD(stage.parameters(), lr=LR)
+            for x, y in batches(rt.device):
+                opt.zero_grad()
+                gpipe_step(stage, rt.rank, x, y, m)
+                opt.step()
+            # float32 defaults: m micro-batch gradients are added in another order than one batch.
+            for a, b in zip(stage.parameters(), mine_ref.parameters()):
+                torch.testing.assert_close(a, b)
+            print0(f"{m:>15} {(p - 1) / (m + p - 1):>21.3f} {'True':>21}")
+        print0("self-check passed")
+
+
+if __name__ == "__main__":
+    main()
