@@ -43,3 +43,27 @@ def test_bad_bench_arguments_get_one_line_and_exit_2(argv, capsys):
     assert cli.main(["bench", "allreduce", *argv]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: ") and "\n" not in err
+
+
+def test_pipeline_bench_reports_theory_and_measured_idle_per_stage():
+    from distdocs.bench import bench_pipeline
+
+    records = bench_pipeline([1, 2], width=64, batch=16, steps=2)
+    assert [r["microbatches"] for r in records] == [1, 2]
+    assert [r["bubble_theory"] for r in records] == [0.5, pytest.approx(1 / 3)]
+    assert all(len(r["idle_measured"]) == 2 and all(0 <= x < 1 for x in r["idle_measured"]) for r in records)
+
+
+def test_saved_pipeline_results_match_their_table():
+    from distdocs.bench import format_pipeline_table
+
+    saved = REPO / "benchmarks" / "pipeline-cpu"
+    data = json.loads(saved.with_suffix(".json").read_text())
+    assert saved.with_suffix(".txt").read_text().strip() == format_pipeline_table(data["records"], data["machine"])
+
+
+@pytest.mark.parametrize("argv", [["--microbatches", "3"], ["--microbatches", "x"], ["--width", "0"]])
+def test_bad_pipeline_bench_arguments_get_one_line_and_exit_2(argv, capsys):
+    assert cli.main(["bench", "pipeline", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "\n" not in err

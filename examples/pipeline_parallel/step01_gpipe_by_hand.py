@@ -12,9 +12,9 @@ model as one process on the whole batch.
 """
 
 import torch
-import torch.distributed as dist
 from torch import nn
 
+from distdocs.pipeline import gpipe_step
 from distdocs.runtime import distributed, print0
 
 WIDTH = 128
@@ -37,34 +37,6 @@ def batches(device):
         yield x.to(device), torch.sin(x.sum(dim=1, keepdim=True)).to(device)
 
 
-# --8<-- [start:gpipe_step]
-def gpipe_step(stage: nn.Module, rank: int, x, y, m: int) -> None:
-    """One training step's forwards and backwards for m micro-batches (GPipe: all F, then all B)."""
-    shape = (x.shape[0] // m, WIDTH)
-    kept = []  # what each micro-batch's backward needs
-    for xs, ys in zip(x.chunk(m), y.chunk(m)):  # all forwards
-        if rank == 0:
-            h = stage(xs)
-            dist.send(h.detach(), dst=1)
-            kept.append(h)
-        else:
-            h = torch.empty(shape, device=x.device)
-            dist.recv(h, src=0)
-            h.requires_grad_()
-            loss = nn.functional.mse_loss(stage(h), ys) / m  # mean over the whole batch
-            kept.append((h, loss))
-    for item in reversed(kept):  # all backwards, last micro-batch first
-        if rank == 0:
-            grad = torch.empty(shape, device=x.device)
-            dist.recv(grad, src=1)
-            item.backward(grad)  # gradients add up in .grad over micro-batches
-        else:
-            h, loss = item
-            loss.backward()
-            dist.send(h.grad, dst=0)
-# --8<-- [end:gpipe_step]
-
-
 def main() -> None:
     with distributed(world_size=2) as rt:
         reference = make_model().to(rt.device)
@@ -83,7 +55,7 @@ def main() -> None:
             opt = torch.optim.SGD(stage.parameters(), lr=LR)
             for x, y in batches(rt.device):
                 opt.zero_grad()
-                gpipe_step(stage, rt.rank, x, y, m)
+                gpipe_step(stage, rt.rank, x, y, m, WIDTH)
                 opt.step()
             # float32 defaults: m micro-batch gradients are added in another order than one batch.
             for a, b in zip(stage.parameters(), mine_ref.parameters()):

@@ -114,3 +114,50 @@ def format_allreduce_table(records: list[dict], machine: dict) -> str:
         lines.append(f"{r['world_size']:>5} {r['bytes']:>10} {r['impl']:>5} {r['time_s'] * 1e6:>10.1f} "
                      f"{r['algbw_gbps']:>12.3f} {r['busbw_gbps']:>12.3f} {ratio:>7}")
     return "\n".join(lines)
+
+
+def _pipeline_idle(rank: int, world_size: int, counts: list[int], width: int, batch: int,
+                   steps: int) -> list[dict]:
+    from torch import nn
+
+    from distdocs.pipeline import BusyTimer, gpipe_step
+
+    torch.manual_seed(0)
+    stage = nn.Sequential(nn.Linear(width, width), nn.Tanh(), nn.Linear(width, width), nn.Tanh())
+    x, y = torch.randn(batch, width), torch.randn(batch, width)
+    records = []
+    for m in counts:
+        gpipe_step(stage, rank, x, y, m, width)  # warm-up
+        idle = []
+        for _ in range(steps):
+            timer = BusyTimer()
+            stage.zero_grad()
+            dist.barrier()
+            start = time.perf_counter()
+            gpipe_step(stage, rank, x, y, m, width, timer)
+            dist.barrier()  # the step ends when both stages are done: one wall time for both
+            idle.append(1 - timer.busy_s / (time.perf_counter() - start))
+        both = [None] * world_size
+        dist.all_gather_object(both, statistics.median(idle))
+        records.append({"microbatches": m, "stages": world_size, "width": width, "batch": batch,
+                        "bubble_theory": (world_size - 1) / (m + world_size - 1),
+                        "idle_measured": both})
+    return records
+
+
+def bench_pipeline(counts: list[int], width: int = 1024, batch: int = 256, steps: int = 5) -> list[dict]:
+    """Idle fraction of each stage of a 2-stage GPipe pipeline, measured from per-stage compute time,
+    for each micro-batch count, next to the bubble fraction (p-1)/(m+p-1)."""
+    with World(2, timeout_s=600) as world:
+        return world.run(_pipeline_idle, counts, width, batch, steps)[0]
+
+
+def format_pipeline_table(records: list[dict], machine: dict) -> str:
+    lines = [f"# {machine['cpu']}, {machine['cores']} cores, torch {machine['torch']}, "
+             f"{machine['backend']}, {machine['date']}; 2 stages, width {records[0]['width']}, "
+             f"batch {records[0]['batch']}",
+             f"{'micro-batches':>13} {'bubble (theory)':>15} {'idle, stage 0':>13} {'idle, stage 1':>13}"]
+    for r in records:
+        lines.append(f"{r['microbatches']:>13} {r['bubble_theory']:>15.3f} {r['idle_measured'][0]:>13.3f} "
+                     f"{r['idle_measured'][1]:>13.3f}")
+    return "\n".join(lines)

@@ -54,7 +54,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def cmd_bench_allreduce(args: argparse.Namespace) -> int:
-    from distdocs.bench import bench_allreduce, format_allreduce_table, machine_info, parse_size
+    from distdocs.bench import bench_allreduce, format_allreduce_table, parse_size
 
     try:
         sizes = [parse_size(s) for s in args.sizes.split(",")]
@@ -67,8 +67,30 @@ def cmd_bench_allreduce(args: argparse.Namespace) -> int:
         return 2
     progress = None if args.json else (lambda msg: print(msg, file=sys.stderr, flush=True))
     records = bench_allreduce(world_sizes, sizes, args.iters, args.warmup, progress)
+    return emit_results(args, records, format_allreduce_table)
+
+
+def cmd_bench_pipeline(args: argparse.Namespace) -> int:
+    from distdocs.bench import bench_pipeline, format_pipeline_table
+
+    try:
+        counts = [int(c) for c in args.microbatches.split(",")]
+    except ValueError:
+        counts = []
+    if not counts or any(c < 1 or args.batch % c for c in counts) or min(args.width, args.steps) < 1:
+        print("error: --microbatches must be positive integers that divide --batch; --width and "
+              "--steps must be positive", file=sys.stderr)
+        return 2
+    records = bench_pipeline(counts, args.width, args.batch, args.steps)
+    return emit_results(args, records, format_pipeline_table)
+
+
+def emit_results(args: argparse.Namespace, records: list[dict], format_table) -> int:
+    """Print the table (or JSON), and with --save also write PREFIX.json and PREFIX.txt."""
+    from distdocs.bench import machine_info
+
     machine = machine_info()
-    table = format_allreduce_table(records, machine)
+    table = format_table(records, machine)
     if args.save:
         with open(f"{args.save}.json", "w") as f:
             json.dump({"machine": machine, "records": records}, f, indent=2)
@@ -169,6 +191,16 @@ def build_parser() -> argparse.ArgumentParser:
     allreduce.add_argument("--save", metavar="PREFIX",
                            help="also write PREFIX.json and PREFIX.txt (the data the pages quote)")
     allreduce.set_defaults(func=cmd_bench_allreduce)
+
+    pipeline = bench_sub.add_parser(
+        "pipeline", help="idle time of each stage of a 2-stage GPipe pipeline against (p-1)/(m+p-1)")
+    pipeline.add_argument("--microbatches", default="1,2,4,8", help="comma-separated (default: 1,2,4,8)")
+    pipeline.add_argument("--width", type=int, default=1024, help="layer width (default: 1024)")
+    pipeline.add_argument("--batch", type=int, default=256, help="samples per step (default: 256)")
+    pipeline.add_argument("--steps", type=int, default=5, help="timed steps per count (default: 5)")
+    pipeline.add_argument("--json", action="store_true", help="print {machine, records} as JSON")
+    pipeline.add_argument("--save", metavar="PREFIX", help="also write PREFIX.json and PREFIX.txt")
+    pipeline.set_defaults(func=cmd_bench_pipeline)
     return parser
 
 

@@ -1,0 +1,58 @@
+"""A two-stage GPipe step by hand, shared by the pipeline lesson's example and its benchmark."""
+
+from __future__ import annotations
+
+import time
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+
+class BusyTimer:
+    """Adds up the seconds spent computing (not waiting in send/recv)."""
+
+    def __init__(self) -> None:
+        self.busy_s = 0.0
+
+    def __enter__(self) -> "BusyTimer":
+        self._start = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.busy_s += time.perf_counter() - self._start
+
+
+# --8<-- [start:gpipe_step]
+def gpipe_step(stage: nn.Module, rank: int, x, y, m: int, width: int, timer: BusyTimer | None = None) -> None:
+    """One training step's forwards and backwards for m micro-batches on a 2-stage pipeline
+    (GPipe: all forwards, then all backwards). Rank 0 holds stage 0 and the inputs x; rank 1 holds
+    stage 1 and the targets y; activations between the stages have `width` features."""
+    busy = timer or BusyTimer()
+    shape = (x.shape[0] // m, width)
+    kept = []  # what each micro-batch's backward needs
+    for xs, ys in zip(x.chunk(m), y.chunk(m)):  # all forwards
+        if rank == 0:
+            with busy:
+                h = stage(xs)
+            dist.send(h.detach(), dst=1)
+            kept.append(h)
+        else:
+            h = torch.empty(shape, device=x.device)
+            dist.recv(h, src=0)
+            h.requires_grad_()
+            with busy:
+                loss = nn.functional.mse_loss(stage(h), ys) / m  # mean over the whole batch
+            kept.append((h, loss))
+    for item in reversed(kept):  # all backwards, last micro-batch first
+        if rank == 0:
+            grad = torch.empty(shape, device=x.device)
+            dist.recv(grad, src=1)
+            with busy:
+                item.backward(grad)  # gradients add up in .grad over micro-batches
+        else:
+            h, loss = item
+            with busy:
+                loss.backward()
+            dist.send(h.grad, dst=0)
+# --8<-- [end:gpipe_step]
