@@ -93,10 +93,10 @@ def release_ddp_reducers() -> None:
 
     A reducer holds the process group and its threads. Left to interpreter shutdown, it is destroyed
     after `destroy_process_group()`, and the process can die with `terminate called without an active
-    exception` (SIGABRT): 11 of 50 DDP runs here. Deleting the DDP model and collecting garbage first
-    fixed it (0 of 50), but the example's own variables still hold the model when the `with` block
-    ends, so we drop the reducers themselves: the DDP object becomes unusable, which it is anyway once
-    the group is gone.
+    exception` (SIGABRT): 11 of 50 DDP runs in trials on a CI-like machine. Deleting the DDP model and
+    collecting garbage first fixed it (0 of 50), but the example's own variables still hold the model
+    when the `with` block ends, so we drop the reducers themselves: the DDP object becomes unusable,
+    which it is anyway once the group is gone.
     """
     from torch.nn.parallel import DistributedDataParallel
 
