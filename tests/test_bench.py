@@ -23,7 +23,8 @@ def test_parse_size():
 
 def test_bench_reports_both_implementations_with_nccl_tests_definitions():
     records = bench_allreduce([2], [4096, 65536], iters=2, warmup=1)
-    assert [(r["impl"], r["bytes"]) for r in records] == [("gloo", 4096), ("ring", 4096), ("gloo", 65536), ("ring", 65536)]
+    impls = ["gloo", "ring", "tree", "naive"]
+    assert [(r["impl"], r["bytes"]) for r in records] == [(i, b) for b in (4096, 65536) for i in impls]
     for r in records:
         assert FIELDS <= r.keys() and r["time_s"] > 0
         assert r["algbw_gbps"] == pytest.approx(r["bytes"] / r["time_s"] / 1e9)
@@ -36,6 +37,15 @@ def test_saved_results_are_complete_and_the_table_is_generated_from_them():
     assert {"cpu", "cores", "torch", "backend", "date"} <= data["machine"].keys()
     assert data["records"] and all(FIELDS <= r.keys() for r in data["records"])
     assert SAVED.with_suffix(".txt").read_text().strip() == format_allreduce_table(data["records"], data["machine"])
+
+
+def test_saved_results_support_what_the_collectives_page_says():
+    records = json.loads(SAVED.with_suffix(".json").read_text())["records"]
+    for n in {r["world_size"] for r in records}:
+        time_of = {(r["impl"], r["bytes"]): r["time_s"] for r in records if r["world_size"] == n}
+        largest, smallest = max(b for _, b in time_of), min(b for _, b in time_of)
+        assert time_of["ring", largest] < min(time_of["tree", largest], time_of["naive", largest])
+        assert min(time_of["tree", smallest], time_of["naive", smallest]) < time_of["ring", smallest]
 
 
 @pytest.mark.parametrize("argv", [["--sizes", "3"], ["--world-sizes", "0"], ["--iters", "0"]])

@@ -1,4 +1,4 @@
-"""distdocs.collectives.ring_allreduce against gloo's all_reduce: any length (0 and 1 included), any
+"""distdocs.collectives.ring_allreduce (and the tree and naive allreduces) against gloo's all_reduce: any length (0 and 1 included), any
 shape, float32, float64, int64 and bfloat16, world sizes 1 to 4, and clear errors for bad input.
 
 Hypothesis draws the cases in this process and sends each to long-lived ranks (distdocs.launch.World),
@@ -18,7 +18,7 @@ import torch.distributed as dist
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from distdocs.collectives import ring_allreduce
+from distdocs.collectives import naive_allreduce, ring_allreduce, tree_allreduce
 from distdocs.launch import RankFailed, World
 
 DTYPES = ["float32", "float64", "int64", "bfloat16"]
@@ -32,9 +32,12 @@ def make_input(rank: int, shape: tuple[int, ...], dtype_name: str, seed: int) ->
     return (torch.randn(shape, generator=g, dtype=torch.float64) * 10).to(getattr(torch, dtype_name))
 
 
-def ring_and_gloo(rank: int, world_size: int, shape, dtype_name: str, seed: int):
+OURS = {"ring": ring_allreduce, "tree": tree_allreduce, "naive": naive_allreduce}
+
+
+def ring_and_gloo(rank: int, world_size: int, shape, dtype_name: str, seed: int, impl: str = "ring"):
     x = make_input(rank, shape, dtype_name, seed)
-    ours = ring_allreduce(x.clone())
+    ours = OURS[impl](x.clone())
     theirs = x.clone()
     dist.all_reduce(theirs)
     magnitude = x.abs().double()
@@ -73,6 +76,15 @@ def test_ring_equals_gloo_on_random_shapes(world, shape, dtype_name, seed):
 def test_ring_handles_lengths_below_and_around_the_world_size(world, numel):
     for dtype_name in DTYPES:
         assert_ring_matches_gloo(world.run(ring_and_gloo, (numel,), dtype_name, numel), world.world_size, dtype_name)
+
+
+@settings(max_examples=15, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(shape=st.lists(st.integers(0, 9), max_size=3).map(tuple), dtype_name=st.sampled_from(DTYPES),
+       seed=st.integers(0, 2**16), impl=st.sampled_from(["tree", "naive"]))
+def test_tree_and_naive_equal_gloo_too(world, shape, dtype_name, seed, impl):
+    results = world.run(ring_and_gloo, shape, dtype_name, seed, impl)
+    assert_ring_matches_gloo(results, world.world_size, dtype_name)
 
 
 def test_ring_handles_tensors_larger_than_a_segment(world):

@@ -1,7 +1,7 @@
 """Benchmarks, measured in one run so that the ratios hold on a noisy shared machine.
 
-`distdocs bench allreduce` times gloo's `all_reduce` and our `ring_allreduce` side by side, size by
-size, on the same ranks, and reports what nccl-tests reports:
+`distdocs bench allreduce` times gloo's `all_reduce` and our ring, tree and naive allreduces side by
+side, size by size, on the same ranks, and reports what nccl-tests reports:
 
 - time: the median over iterations of the slowest rank's time (each iteration starts at a barrier);
 - algbw = bytes / time;
@@ -23,10 +23,10 @@ import time
 import torch
 import torch.distributed as dist
 
-from distdocs.collectives import ring_allreduce
+from distdocs.collectives import naive_allreduce, ring_allreduce, tree_allreduce
 from distdocs.launch import World
 
-IMPLS = ("gloo", "ring")
+IMPLS = ("gloo", "ring", "tree", "naive")
 SUFFIXES = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
 
@@ -56,7 +56,8 @@ def _run_impl(name: str, x: torch.Tensor) -> None:
     if name == "gloo":
         dist.all_reduce(x)
     else:
-        ring_allreduce(x, validate=False)
+        ours = {"ring": ring_allreduce, "tree": tree_allreduce, "naive": naive_allreduce}[name]
+        ours(x, validate=False)
 
 
 def _time_sizes(rank: int, world_size: int, sizes: list[int], iters: int, warmup: int) -> list[dict]:

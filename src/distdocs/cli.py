@@ -180,7 +180,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", help="benchmarks, measured side by side in one run")
     bench_sub = bench.add_subparsers(dest="benchmark", metavar="BENCHMARK", required=True)
     allreduce = bench_sub.add_parser(
-        "allreduce", help="gloo's all_reduce against distdocs' ring_allreduce: time, algbw, busbw")
+        "allreduce", help="gloo's all_reduce against distdocs' ring, tree and naive: time, algbw, busbw")
     allreduce.add_argument("--world-sizes", default="2,4", help="comma-separated (default: 2,4)")
     allreduce.add_argument("--sizes", default="256K,4M,64M",
                            help="comma-separated byte counts, K/M/G binary (default: 256K,4M,64M)")

@@ -117,3 +117,59 @@ def ring_allreduce(
             req.wait()
     return tensor
 # --8<-- [end:ring]
+
+
+# --8<-- [start:naive]
+def naive_allreduce(tensor: torch.Tensor, group=None, validate: bool = True) -> torch.Tensor:
+    """Sum `tensor` across ranks, in place: every rank sends to rank 0, which adds the tensors in
+    rank order and sends the sum back. Rank 0 moves 2(n-1)·S bytes; the others 2·S."""
+    if validate:
+        check_same_tensor_everywhere(tensor, group)
+    n, rank = dist.get_world_size(group), dist.get_rank(group)
+    if n == 1 or tensor.numel() == 0:
+        return tensor
+    root = _peer(group, 0)
+    if rank == 0:
+        inbox = torch.empty_like(tensor)
+        for other in range(1, n):
+            dist.recv(inbox, src=_peer(group, other), group=group)
+            tensor += inbox
+        for other in range(1, n):
+            dist.send(tensor, dst=_peer(group, other), group=group)
+    else:
+        dist.send(tensor, dst=root, group=group)
+        dist.recv(tensor, src=root, group=group)
+    return tensor
+# --8<-- [end:naive]
+
+
+# --8<-- [start:tree]
+def tree_allreduce(tensor: torch.Tensor, group=None, validate: bool = True) -> torch.Tensor:
+    """Sum `tensor` across ranks, in place, along a binomial tree: ceil(log2 n) rounds up to rank 0,
+    in each of which half the remaining ranks send their partial sum to a partner, then the same
+    rounds down, broadcasting the total. Few messages (latency-friendly); whole tensors in each."""
+    if validate:
+        check_same_tensor_everywhere(tensor, group)
+    n, rank = dist.get_world_size(group), dist.get_rank(group)
+    if n == 1 or tensor.numel() == 0:
+        return tensor
+    inbox = torch.empty_like(tensor)
+    mask = 1
+    while mask < n:  # reduce: at distance `mask`, odd multiples send to even ones
+        if rank & mask:
+            dist.send(tensor, dst=_peer(group, rank - mask), group=group)
+            break
+        if rank + mask < n:
+            dist.recv(inbox, src=_peer(group, rank + mask), group=group)
+            tensor += inbox
+        mask <<= 1
+    # broadcast: retrace the same edges from the root down, largest distance first.
+    if rank:
+        dist.recv(tensor, src=_peer(group, rank - mask), group=group)
+    mask >>= 1
+    while mask:
+        if rank + mask < n:  # the children this rank received from on the way up
+            dist.send(tensor, dst=_peer(group, rank + mask), group=group)
+        mask >>= 1
+    return tensor
+# --8<-- [end:tree]
