@@ -162,3 +162,53 @@ def format_pipeline_table(records: list[dict], machine: dict) -> str:
         lines.append(f"{r['microbatches']:>13} {r['bubble_theory']:>15.3f} {r['idle_measured'][0]:>13.3f} "
                      f"{r['idle_measured'][1]:>13.3f}")
     return "\n".join(lines)
+
+
+def _ddp_step_times(rank: int, world_size: int, batch: int, width: int, steps: int) -> dict:
+    from torch import nn
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from distdocs.ddp import BucketedDDP
+
+    def make():
+        torch.manual_seed(0)
+        return nn.Sequential(nn.Linear(width, width), nn.ReLU(), nn.Linear(width, width), nn.ReLU(),
+                             nn.Linear(width, width), nn.ReLU(), nn.Linear(width, 10))
+
+    g = torch.Generator().manual_seed(rank)
+    data = [(torch.randn(batch, width, generator=g), torch.randint(0, 10, (batch,), generator=g))
+            for _ in range(steps)]
+    wrapped = {"torch DDP": DDP(make()), "BucketedDDP": BucketedDDP(make())}
+    opts = {name: torch.optim.SGD(m.parameters(), lr=0.01) for name, m in wrapped.items()}
+    times: dict[str, list[float]] = {name: [] for name in wrapped}
+    for x, y in data:  # alternate, so that both see the same machine
+        for name, model in wrapped.items():
+            dist.barrier()
+            start = time.perf_counter()
+            loss = nn.functional.cross_entropy(model(x), y)
+            opts[name].zero_grad()
+            loss.backward()
+            opts[name].step()
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(t[2:]) for name, t in times.items()}
+
+
+def bench_ddp(batch: int = 256, width: int = 1024, steps: int = 12) -> list[dict]:
+    """Samples/s of torch's DDP and distdocs' BucketedDDP on the same 2 ranks, steps alternating."""
+    with World(2, timeout_s=600) as world:
+        step_s = world.run(_ddp_step_times, batch, width, steps)[0]
+    base = batch * 2 / step_s["torch DDP"]
+    return [{"impl": name, "world_size": 2, "batch_per_rank": batch, "width": width, "step_s": t,
+             "samples_per_s": batch * 2 / t, "ratio_vs_torch": batch * 2 / t / base}
+            for name, t in step_s.items()]
+
+
+def format_ddp_table(records: list[dict], machine: dict) -> str:
+    r0 = records[0]
+    lines = [f"# {machine['cpu']}, {machine['cores']} cores, torch {machine['torch']}, {machine['backend']}, "
+             f"{machine['date']}; 2 ranks, MLP width {r0['width']}, batch {r0['batch_per_rank']} per rank",
+             f"{'impl':>12} {'step (ms)':>10} {'samples/s':>10} {'vs torch DDP':>13}"]
+    for r in records:
+        lines.append(f"{r['impl']:>12} {r['step_s'] * 1e3:>10.1f} {r['samples_per_s']:>10.0f} "
+                     f"{r['ratio_vs_torch']:>12.2f}x")
+    return "\n".join(lines)

@@ -85,6 +85,15 @@ def cmd_bench_pipeline(args: argparse.Namespace) -> int:
     return emit_results(args, records, format_pipeline_table)
 
 
+def cmd_bench_ddp(args: argparse.Namespace) -> int:
+    from distdocs.bench import bench_ddp, format_ddp_table
+
+    if min(args.batch, args.width) < 1 or args.steps < 3:
+        print("error: --batch and --width must be positive, --steps at least 3", file=sys.stderr)
+        return 2
+    return emit_results(args, bench_ddp(args.batch, args.width, args.steps), format_ddp_table)
+
+
 def emit_results(args: argparse.Namespace, records: list[dict], format_table) -> int:
     """Print the table (or JSON), and with --save also write PREFIX.json and PREFIX.txt."""
     from distdocs.bench import machine_info
@@ -201,6 +210,14 @@ def build_parser() -> argparse.ArgumentParser:
     pipeline.add_argument("--json", action="store_true", help="print {machine, records} as JSON")
     pipeline.add_argument("--save", metavar="PREFIX", help="also write PREFIX.json and PREFIX.txt")
     pipeline.set_defaults(func=cmd_bench_pipeline)
+
+    ddp = bench_sub.add_parser("ddp", help="samples/s of torch's DDP and distdocs' BucketedDDP, 2 ranks")
+    ddp.add_argument("--batch", type=int, default=256, help="samples per rank and step (default: 256)")
+    ddp.add_argument("--width", type=int, default=1024, help="MLP width (default: 1024)")
+    ddp.add_argument("--steps", type=int, default=12, help="steps per implementation (default: 12)")
+    ddp.add_argument("--json", action="store_true", help="print {machine, records} as JSON")
+    ddp.add_argument("--save", metavar="PREFIX", help="also write PREFIX.json and PREFIX.txt")
+    ddp.set_defaults(func=cmd_bench_ddp)
     return parser
 
 
