@@ -12,9 +12,8 @@ model as one process on the whole batch.
 """
 
 import torch
-from torch import nn
 
-from distdocs.pipeline import gpipe_step
+from distdocs.pipeline import gpipe_step, make_two_stage_model, reference_stage, stage_of, toy_batches
 from distdocs.runtime import distributed, print0
 
 WIDTH = 128
@@ -24,36 +23,16 @@ LR = 0.05
 MICROBATCH_COUNTS = (1, 2, 4, 8)
 
 
-def make_model() -> nn.Sequential:
-    torch.manual_seed(0)
-    return nn.Sequential(nn.Linear(16, WIDTH), nn.Tanh(), nn.Linear(WIDTH, WIDTH), nn.Tanh(),  # stage 0
-                         nn.Linear(WIDTH, WIDTH), nn.Tanh(), nn.Linear(WIDTH, 1))  # stage 1
-
-
-def batches(device):
-    g = torch.Generator().manual_seed(1)
-    for _ in range(STEPS):
-        x = torch.randn(BATCH, 16, generator=g)
-        yield x.to(device), torch.sin(x.sum(dim=1, keepdim=True)).to(device)
-
-
 def main() -> None:
     with distributed(world_size=2) as rt:
-        reference = make_model().to(rt.device)
-        ref_opt = torch.optim.SGD(reference.parameters(), lr=LR)
-        for x, y in batches(rt.device):
-            ref_opt.zero_grad()
-            nn.functional.mse_loss(reference(x), y).backward()
-            ref_opt.step()
-        mine_ref = reference[:4] if rt.rank == 0 else reference[4:]
+        mine_ref = reference_stage(rt.rank, rt.device, STEPS, BATCH, LR, WIDTH)  # one process, my half
 
         p = rt.world_size  # pipeline stages
         print0(f"{'micro-batches m':>15} {'bubble (p-1)/(m+p-1)':>21} {'equal to one process':>21}")
         for m in MICROBATCH_COUNTS:
-            full = make_model()
-            stage = (full[:4] if rt.rank == 0 else full[4:]).to(rt.device)
+            stage = stage_of(make_two_stage_model(WIDTH), rt.rank).to(rt.device)
             opt = torch.optim.SGD(stage.parameters(), lr=LR)
-            for x, y in batches(rt.device):
+            for x, y in toy_batches(STEPS, BATCH, rt.device):
                 opt.zero_grad()
                 gpipe_step(stage, rt.rank, x, y, m, WIDTH)
                 opt.step()

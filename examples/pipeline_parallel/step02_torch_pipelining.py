@@ -14,6 +14,7 @@ import torch
 from torch import nn
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
+from distdocs.pipeline import make_two_stage_model, reference_stage, stage_of, toy_batches
 from distdocs.runtime import distributed, print0
 
 WIDTH = 128
@@ -23,37 +24,17 @@ LR = 0.05
 MICROBATCHES = 4
 
 
-def make_model() -> nn.Sequential:
-    torch.manual_seed(0)
-    return nn.Sequential(nn.Linear(16, WIDTH), nn.Tanh(), nn.Linear(WIDTH, WIDTH), nn.Tanh(),  # stage 0
-                         nn.Linear(WIDTH, WIDTH), nn.Tanh(), nn.Linear(WIDTH, 1))  # stage 1
-
-
-def batches(device):
-    g = torch.Generator().manual_seed(1)
-    for _ in range(STEPS):
-        x = torch.randn(BATCH, 16, generator=g)
-        yield x.to(device), torch.sin(x.sum(dim=1, keepdim=True)).to(device)
-
-
 def main() -> None:
     with distributed(world_size=2) as rt:
-        reference = make_model().to(rt.device)
-        ref_opt = torch.optim.SGD(reference.parameters(), lr=LR)
-        for x, y in batches(rt.device):
-            ref_opt.zero_grad()
-            nn.functional.mse_loss(reference(x), y).backward()
-            ref_opt.step()
-        mine_ref = reference[:4] if rt.rank == 0 else reference[4:]
+        mine_ref = reference_stage(rt.rank, rt.device, STEPS, BATCH, LR, WIDTH)  # one process, my half
 
         for schedule_class in (ScheduleGPipe, Schedule1F1B):
-            full = make_model()
-            part = (full[:4] if rt.rank == 0 else full[4:]).to(rt.device)
+            part = stage_of(make_two_stage_model(WIDTH), rt.rank).to(rt.device)
             opt = torch.optim.SGD(part.parameters(), lr=LR)
             # --8<-- [start:schedule]
             stage = PipelineStage(part, stage_index=rt.rank, num_stages=rt.world_size, device=rt.device)
             schedule = schedule_class(stage, n_microbatches=MICROBATCHES, loss_fn=nn.functional.mse_loss)
-            for x, y in batches(rt.device):
+            for x, y in toy_batches(STEPS, BATCH, rt.device):
                 opt.zero_grad()
                 if rt.rank == 0:
                     schedule.step(x)  # the first stage feeds the inputs

@@ -164,6 +164,13 @@ def cmd_memory(args: argparse.Namespace) -> int:
     return 0
 
 
+def add_output_flags(parser: argparse.ArgumentParser) -> None:
+    """--json and --save, which every benchmark takes (see emit_results)."""
+    parser.add_argument("--json", action="store_true", help="print {machine, records} as JSON instead of the table")
+    parser.add_argument("--save", metavar="PREFIX",
+                        help="also write PREFIX.json and PREFIX.txt (the data the pages quote)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="distdocs",
@@ -195,10 +202,7 @@ def build_parser() -> argparse.ArgumentParser:
                            help="comma-separated byte counts, K/M/G binary (default: 256K,4M,64M)")
     allreduce.add_argument("--iters", type=int, default=10, help="timed iterations per size (default: 10)")
     allreduce.add_argument("--warmup", type=int, default=3, help="untimed iterations first (default: 3)")
-    allreduce.add_argument("--json", action="store_true",
-                           help="print {machine, records} as JSON instead of the table")
-    allreduce.add_argument("--save", metavar="PREFIX",
-                           help="also write PREFIX.json and PREFIX.txt (the data the pages quote)")
+    add_output_flags(allreduce)
     allreduce.set_defaults(func=cmd_bench_allreduce)
 
     pipeline = bench_sub.add_parser(
@@ -207,16 +211,14 @@ def build_parser() -> argparse.ArgumentParser:
     pipeline.add_argument("--width", type=int, default=1024, help="layer width (default: 1024)")
     pipeline.add_argument("--batch", type=int, default=256, help="samples per step (default: 256)")
     pipeline.add_argument("--steps", type=int, default=5, help="timed steps per count (default: 5)")
-    pipeline.add_argument("--json", action="store_true", help="print {machine, records} as JSON")
-    pipeline.add_argument("--save", metavar="PREFIX", help="also write PREFIX.json and PREFIX.txt")
+    add_output_flags(pipeline)
     pipeline.set_defaults(func=cmd_bench_pipeline)
 
     ddp = bench_sub.add_parser("ddp", help="samples/s of torch's DDP and distdocs' BucketedDDP, 2 ranks")
     ddp.add_argument("--batch", type=int, default=256, help="samples per rank and step (default: 256)")
     ddp.add_argument("--width", type=int, default=1024, help="MLP width (default: 1024)")
     ddp.add_argument("--steps", type=int, default=12, help="steps per implementation (default: 12)")
-    ddp.add_argument("--json", action="store_true", help="print {machine, records} as JSON")
-    ddp.add_argument("--save", metavar="PREFIX", help="also write PREFIX.json and PREFIX.txt")
+    add_output_flags(ddp)
     ddp.set_defaults(func=cmd_bench_ddp)
     return parser
 
