@@ -43,10 +43,6 @@ class Runtime:
     backend: str
     device: torch.device
 
-    @property
-    def is_main(self) -> bool:
-        return self.rank == 0
-
 
 def launch_command(script: str, nproc: int = 2) -> str:
     """The command a reader types to start `script` on one machine with `nproc` processes."""
