@@ -5,8 +5,8 @@ Kinds, decided from the fence alone:
 - include: its body has a `--8<--` line (pymdownx.snippets); the example it names is run by
   test_examples.py. Python includes carry `notest`, since pytest-markdown-docs would run the line.
 - inline: a python fence that pytest-markdown-docs collects and runs.
-- command: a shell fence whose every line starts with torchrun, python or distdocs; test_docs.py runs
-  it exactly as written. Under a content tab titled "GPU ..." it runs only where CUDA is present.
+- command: a shell fence whose every line starts with torchrun, python or distdocs (or is `wait`, after
+  commands started with `&`); test_docs.py runs it exactly as written. Under a content tab titled "GPU ..." it runs only where CUDA is present.
 - output: a `text` fence titled "Output" after a command fence; test_docs.py checks that the command
   still prints it.
 - not executed: the fence sits right under `<!-- not executed: REASON -->`. Keep these rare.
@@ -134,7 +134,8 @@ def markdown_docs_lines(path: Path) -> set[int]:
 
 def is_command(fence: Fence) -> bool:
     lines = [ln.strip() for ln in fence.body.splitlines() if ln.strip() and not ln.strip().startswith("#")]
-    return fence.lang in SHELL_LANGS and bool(lines) and all(ln.startswith(COMMAND_PREFIXES) for ln in lines)
+    return fence.lang in SHELL_LANGS and bool(lines) and all(
+        ln.startswith(COMMAND_PREFIXES) or ln == "wait" for ln in lines)
 
 
 def classify(path: Path) -> list[Fence]:

@@ -1,0 +1,50 @@
+"""The launchers page's one unexecuted block: Horovod. It cannot run because Horovod 0.28.1 does not
+build against the pinned torch. This test re-checks that reason on every run, so that the day it
+stops holding (a new Horovod release, or a torch whose headers accept C++14) the test fails and the
+page's Horovod block can be turned into a run example.
+
+Checking the reason costs a 5 s download; actually building Horovod takes about 5 minutes on a
+2-core machine before the compiler stops, which is too slow for every run.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+import torch
+
+HOROVOD_VERSION = "0.28.1"  # the page's version; the reason below was measured with it
+TORCH_HEADER = Path(torch.__file__).parent / "include/torch/csrc/api/include/torch/all.h"
+
+
+def download_latest_horovod_sdist(where: Path) -> Path:
+    """The newest Horovod source release from the package index, without building anything."""
+    result = subprocess.run(
+        [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+         "--no-build-isolation", "--disable-pip-version-check", "--quiet", "-d", str(where), "horovod"],
+        capture_output=True, text=True, timeout=120,
+    )
+    archives = sorted(where.glob("horovod-*.tar.gz"))
+    if result.returncode != 0 or not archives:
+        pytest.skip(f"could not download Horovod from the package index: {result.stderr.strip()[-300:]}")
+    return archives[0]
+
+
+def test_horovod_still_cannot_build_against_our_torch(tmp_path):
+    archive = download_latest_horovod_sdist(tmp_path)
+    version = archive.name.removeprefix("horovod-").removesuffix(".tar.gz")
+    assert version == HOROVOD_VERSION, (
+        f"Horovod {version} has been released: try `HOROVOD_WITH_PYTORCH=1 pip install "
+        f"--no-build-isolation horovod=={version}`; if it builds, run the Horovod block on "
+        "docs/lesson/launchers.md as an example instead of excusing it"
+    )
+    with tarfile.open(archive) as tar:
+        cmake = tar.extractfile(f"horovod-{version}/horovod/torch/CMakeLists.txt").read().decode()
+    assert "set(CMAKE_CXX_STANDARD 14)" in cmake, "Horovod's torch extension no longer asks for C++14"
+    assert "C++17 or later compatible compiler is required" in TORCH_HEADER.read_text(), (
+        f"torch {torch.__version__} no longer requires C++17: Horovod {version} may build now"
+    )
