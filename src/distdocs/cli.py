@@ -94,6 +94,21 @@ def cmd_bench_ddp(args: argparse.Namespace) -> int:
     return emit_results(args, bench_ddp(args.batch, args.width, args.steps), format_ddp_table)
 
 
+def cmd_bench_buckets(args: argparse.Namespace) -> int:
+    from distdocs.bench import bench_buckets, format_buckets_table
+
+    try:
+        caps = [float(c) for c in args.caps.split(",")]
+    except ValueError:
+        caps = []
+    if not caps or any(not c > 0 for c in caps) or min(args.width, args.depth, args.batch) < 1 or args.steps < 3:
+        print("error: --caps must be positive numbers (MB); --width, --depth and --batch positive, "
+              "--steps at least 3", file=sys.stderr)
+        return 2
+    return emit_results(args, bench_buckets(caps, args.width, args.depth, args.batch, args.steps),
+                        format_buckets_table)
+
+
 def emit_results(args: argparse.Namespace, records: list[dict], format_table) -> int:
     """Print the table (or JSON), and with --save also write PREFIX.json and PREFIX.txt."""
     from distdocs.bench import machine_info
@@ -220,6 +235,16 @@ def build_parser() -> argparse.ArgumentParser:
     ddp.add_argument("--steps", type=int, default=12, help="steps per implementation (default: 12)")
     add_output_flags(ddp)
     ddp.set_defaults(func=cmd_bench_ddp)
+
+    buckets = bench_sub.add_parser(
+        "buckets", help="torch DDP's bucket_cap_mb and gradient_as_bucket_view: step time and memory, 2 ranks")
+    buckets.add_argument("--caps", default="1,5,25,100", help="bucket caps in MB (default: 1,5,25,100)")
+    buckets.add_argument("--width", type=int, default=1024, help="MLP width (default: 1024)")
+    buckets.add_argument("--depth", type=int, default=8, help="Linear layers (default: 8)")
+    buckets.add_argument("--batch", type=int, default=8, help="samples per rank and step (default: 8)")
+    buckets.add_argument("--steps", type=int, default=12, help="steps per setting (default: 12)")
+    add_output_flags(buckets)
+    buckets.set_defaults(func=cmd_bench_buckets)
     return parser
 
 
