@@ -24,7 +24,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from distdocs.collectives import naive_allreduce, ring_allreduce, tree_allreduce
+from distdocs.collectives import check_same_tensor_everywhere, naive_allreduce, ring_allreduce, tree_allreduce
 from distdocs.launch import World
 
 IMPLS = ("gloo", "ring", "tree", "naive")
@@ -71,38 +71,69 @@ def _time_sizes(rank: int, world_size: int, sizes: list[int], iters: int, warmup
             expected = world_size * (world_size + 1) / 2
             if not bool((x == expected).all()):
                 raise AssertionError(f"{name} allreduce of {nbytes} bytes gave a wrong sum")
-            times = []
-            for i in range(warmup + iters):
+        times: dict[str, list[float]] = {name: [] for name in IMPLS}
+        for i in range(warmup + iters):
+            for name in IMPLS:  # take turns, so that a noisy moment hits every implementation alike
                 dist.barrier()
                 start = time.perf_counter()
                 _run_impl(name, x)
                 elapsed = torch.tensor([time.perf_counter() - start], dtype=torch.float64)
                 dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)  # the slowest rank sets the pace
                 if i >= warmup:
-                    times.append(elapsed.item())
-            t = statistics.median(times)
+                    times[name].append(elapsed.item())
+        for name in IMPLS:
+            t = statistics.median(times[name])
             algbw = nbytes / t / 1e9
             records.append({"impl": name, "world_size": world_size, "bytes": nbytes, "dtype": "float32",
                             "iters": iters, "time_s": t, "algbw_gbps": algbw,
                             "busbw_gbps": algbw * 2 * (world_size - 1) / world_size})
+    # The input handshake that ring_allreduce runs unless validate=False: one all_reduce of 6 int64s.
+    handshake = []
+    for i in range(warmup + iters):
+        dist.barrier()
+        start = time.perf_counter()
+        check_same_tensor_everywhere(x)
+        elapsed = torch.tensor([time.perf_counter() - start], dtype=torch.float64)
+        dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
+        if i >= warmup:
+            handshake.append(elapsed.item())
+    t = statistics.median(handshake)
+    records.append({"impl": "check", "world_size": world_size, "bytes": 48, "dtype": "int64", "iters": iters,
+                    "time_s": t, "algbw_gbps": 48 / t / 1e9, "busbw_gbps": 48 / t / 1e9 * 2 * (world_size - 1) / world_size})
     return records
 
 
 def bench_allreduce(world_sizes: list[int], sizes: list[int], iters: int = 10, warmup: int = 3,
-                    progress=None) -> list[dict]:
-    """Time both implementations at every size and world size; add each ring record's busbw ratio
-    to gloo's at the same size."""
-    records = []
-    for n in world_sizes:
-        if progress:
-            progress(f"world size {n}: {len(sizes)} sizes x {len(IMPLS)} implementations x {iters} iterations")
-        with World(n, timeout_s=600) as world:
-            records += world.run(_time_sizes, sizes, iters, warmup)[0]
-    gloo = {(r["world_size"], r["bytes"]): r for r in records if r["impl"] == "gloo"}
-    for r in records:
-        base = gloo[(r["world_size"], r["bytes"])]
-        r["busbw_ratio_vs_gloo"] = r["busbw_gbps"] / base["busbw_gbps"] if base["busbw_gbps"] else None
-    return records
+                    progress=None, repeat: int = 1) -> list[dict]:
+    """Time every implementation at every size and world size, `repeat` times over in fresh worlds.
+    Each record holds the median over repeats of the time, and of the busbw ratio to gloo taken within
+    each repeat, with that ratio's lowest and highest value: on a shared machine the spread between
+    runs is part of the result."""
+    runs = []
+    for r in range(repeat):
+        records = []
+        for n in world_sizes:
+            if progress:
+                progress(f"run {r + 1}/{repeat}, world size {n}: {len(sizes)} sizes x {len(IMPLS)} "
+                         f"implementations x {iters} iterations")
+            with World(n, timeout_s=600) as world:
+                records += world.run(_time_sizes, sizes, iters, warmup)[0]
+        gloo = {(x["world_size"], x["bytes"]): x for x in records if x["impl"] == "gloo"}
+        for x in records:
+            base = gloo.get((x["world_size"], x["bytes"]))
+            x["busbw_ratio_vs_gloo"] = x["busbw_gbps"] / base["busbw_gbps"] if base else None
+        runs.append(records)
+    merged = []
+    for i, first in enumerate(runs[0]):
+        same = [run[i] for run in runs]
+        t = statistics.median(x["time_s"] for x in same)
+        ratios = [x["busbw_ratio_vs_gloo"] for x in same if x["busbw_ratio_vs_gloo"] is not None]
+        algbw = first["bytes"] / t / 1e9
+        merged.append({**first, "repeats": repeat, "time_s": t, "algbw_gbps": algbw,
+                       "busbw_gbps": algbw * 2 * (first["world_size"] - 1) / first["world_size"],
+                       "busbw_ratio_vs_gloo": statistics.median(ratios) if ratios else None,
+                       "ratio_range": [min(ratios), max(ratios)] if ratios else None})
+    return merged
 
 
 def format_allreduce_table(records: list[dict], machine: dict) -> str:
@@ -110,11 +141,15 @@ def format_allreduce_table(records: list[dict], machine: dict) -> str:
     lines = [f"# {machine['cpu']}, {machine['cores']} cores, torch {machine['torch']}, "
              f"{machine['backend']}, {machine['date']}",
              f"{'ranks':>5} {'size (B)':>10} {'impl':>5} {'time (us)':>10} {'algbw (GB/s)':>12} "
-             f"{'busbw (GB/s)':>12} {'vs gloo':>7}"]
+             f"{'busbw (GB/s)':>12} {'vs gloo':>7} {'(lowest-highest)':>16}"]
     for r in records:
-        ratio = "" if r["impl"] == "gloo" else f"{r['busbw_ratio_vs_gloo']:.2f}x"
+        ratio, spread = "", ""
+        if r["impl"] not in ("gloo", "check") and r["busbw_ratio_vs_gloo"] is not None:
+            ratio = f"{r['busbw_ratio_vs_gloo']:.2f}x"
+            if r.get("repeats", 1) > 1:
+                spread = f"{r['ratio_range'][0]:.2f}-{r['ratio_range'][1]:.2f}"
         lines.append(f"{r['world_size']:>5} {r['bytes']:>10} {r['impl']:>5} {r['time_s'] * 1e6:>10.1f} "
-                     f"{r['algbw_gbps']:>12.3f} {r['busbw_gbps']:>12.3f} {ratio:>7}")
+                     f"{r['algbw_gbps']:>12.3f} {r['busbw_gbps']:>12.3f} {ratio:>7} {spread:>16}".rstrip())
     return "\n".join(lines)
 
 

@@ -62,11 +62,12 @@ def cmd_bench_allreduce(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    if any(w < 1 for w in world_sizes) or args.iters < 1 or args.warmup < 0:
-        print("error: world sizes and --iters must be at least 1, --warmup at least 0", file=sys.stderr)
+    if any(w < 1 for w in world_sizes) or args.iters < 1 or args.warmup < 0 or args.repeat < 1:
+        print("error: world sizes, --iters and --repeat must be at least 1, --warmup at least 0",
+              file=sys.stderr)
         return 2
     progress = None if args.json else (lambda msg: print(msg, file=sys.stderr, flush=True))
-    records = bench_allreduce(world_sizes, sizes, args.iters, args.warmup, progress)
+    records = bench_allreduce(world_sizes, sizes, args.iters, args.warmup, progress, args.repeat)
     return emit_results(args, records, format_allreduce_table)
 
 
@@ -217,6 +218,9 @@ def build_parser() -> argparse.ArgumentParser:
                            help="comma-separated byte counts, K/M/G binary (default: 256K,4M,64M)")
     allreduce.add_argument("--iters", type=int, default=10, help="timed iterations per size (default: 10)")
     allreduce.add_argument("--warmup", type=int, default=3, help="untimed iterations first (default: 3)")
+    allreduce.add_argument("--repeat", type=int, default=1,
+                           help="run the whole sweep this many times and report medians and the "
+                                "spread of the ratios (default: 1)")
     add_output_flags(allreduce)
     allreduce.set_defaults(func=cmd_bench_allreduce)
 
