@@ -87,7 +87,7 @@ def cmd_bench_pipeline(args: argparse.Namespace) -> int:
 
 
 def cmd_bench_ddp(args: argparse.Namespace) -> int:
-    from distdocs.bench import bench_ddp, format_ddp_table
+    from distdocs.bench_ddp import bench_ddp, format_ddp_table
 
     if min(args.batch, args.width) < 1 or args.steps < 3:
         print("error: --batch and --width must be positive, --steps at least 3", file=sys.stderr)
@@ -96,7 +96,7 @@ def cmd_bench_ddp(args: argparse.Namespace) -> int:
 
 
 def cmd_bench_buckets(args: argparse.Namespace) -> int:
-    from distdocs.bench import bench_buckets, format_buckets_table
+    from distdocs.bench_ddp import bench_buckets, format_buckets_table
 
     try:
         caps = [float(c) for c in args.caps.split(",")]
