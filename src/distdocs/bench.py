@@ -135,10 +135,16 @@ def bench_allreduce(world_sizes: list[int], sizes: list[int], iters: int = 10, w
     return merged
 
 
+def machine_line(machine: dict, setup: str = "") -> str:
+    """The comment line that opens every saved table: where it ran, then what was run."""
+    line = (f"# {machine['cpu']}, {machine['cores']} cores, torch {machine['torch']}, {machine['backend']}, "
+            f"{machine['date']}")
+    return f"{line}; {setup}" if setup else line
+
+
 def format_allreduce_table(records: list[dict], machine: dict) -> str:
     """nccl-tests' columns, one line per implementation, size and world size."""
-    lines = [f"# {machine['cpu']}, {machine['cores']} cores, torch {machine['torch']}, "
-             f"{machine['backend']}, {machine['date']}",
+    lines = [machine_line(machine),
              f"{'ranks':>5} {'size (B)':>10} {'impl':>5} {'time (us)':>10} {'algbw (GB/s)':>12} "
              f"{'busbw (GB/s)':>12} {'vs gloo':>7} {'(lowest-highest)':>16}"]
     for r in records:
@@ -189,9 +195,7 @@ def bench_pipeline(counts: list[int], width: int = 1024, batch: int = 256, steps
 
 
 def format_pipeline_table(records: list[dict], machine: dict) -> str:
-    lines = [f"# {machine['cpu']}, {machine['cores']} cores, torch {machine['torch']}, "
-             f"{machine['backend']}, {machine['date']}; 2 stages, width {records[0]['width']}, "
-             f"batch {records[0]['batch']}",
+    lines = [machine_line(machine, f"2 stages, width {records[0]['width']}, batch {records[0]['batch']}"),
              f"{'micro-batches':>13} {'bubble (theory)':>15} {'idle, stage 0':>13} {'idle, stage 1':>13}"]
     for r in records:
         lines.append(f"{r['microbatches']:>13} {r['bubble_theory']:>15.3f} {r['idle_measured'][0]:>13.3f} "

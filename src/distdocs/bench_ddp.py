@@ -11,6 +11,7 @@ import time
 import torch
 import torch.distributed as dist
 
+from distdocs.bench import machine_line
 from distdocs.launch import World
 
 
@@ -55,8 +56,7 @@ def bench_ddp(batch: int = 256, width: int = 1024, steps: int = 12) -> list[dict
 
 def format_ddp_table(records: list[dict], machine: dict) -> str:
     r0 = records[0]
-    lines = [f"# {machine['cpu']}, {machine['cores']} cores, torch {machine['torch']}, {machine['backend']}, "
-             f"{machine['date']}; 2 ranks, MLP width {r0['width']}, batch {r0['batch_per_rank']} per rank",
+    lines = [machine_line(machine, f"2 ranks, MLP width {r0['width']}, batch {r0['batch_per_rank']} per rank"),
              f"{'impl':>12} {'step (ms)':>10} {'samples/s':>10} {'vs torch DDP':>13}"]
     for r in records:
         lines.append(f"{r['impl']:>12} {r['step_s'] * 1e3:>10.1f} {r['samples_per_s']:>10.0f} "
@@ -151,10 +151,9 @@ def bench_buckets(caps: list[float], width: int = 1024, depth: int = 8, batch: i
 def format_buckets_table(records: list[dict], machine: dict) -> str:
     r0 = records[0]
     mib = 1 << 20
-    lines = [f"# {machine['cpu']}, {machine['cores']} cores, torch {machine['torch']}, {machine['backend']}, "
-             f"{machine['date']}; 2 ranks, MLP {r0['depth']} x {r0['width']}, batch {r0['batch_per_rank']} "
-             f"per rank, {r0['gradient_bytes'] / mib:.1f} MiB of gradients; compute alone "
-             f"{r0['compute_s'] * 1e3:.1f} ms",
+    lines = [machine_line(machine, f"2 ranks, MLP {r0['depth']} x {r0['width']}, batch {r0['batch_per_rank']} "
+                          f"per rank, {r0['gradient_bytes'] / mib:.1f} MiB of gradients; compute alone "
+                          f"{r0['compute_s'] * 1e3:.1f} ms"),
              f"{'bucket_cap_mb':>13} {'as view':>7} {'step (ms)':>10} {'sync (ms)':>10} {'held (MiB)':>10}"]
     for r in records:
         held = r["ddp_bytes"]
