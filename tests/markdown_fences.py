@@ -6,7 +6,8 @@ Kinds, decided from the fence alone:
   test_examples.py. Python includes carry `notest`, since pytest-markdown-docs would run the line.
 - inline: a python fence that pytest-markdown-docs collects and runs.
 - command: a shell fence whose every line starts with torchrun, python or distdocs (or is `wait`, after
-  commands started with `&`); test_docs.py runs it exactly as written. Under a content tab titled "GPU ..." it runs only where CUDA is present.
+  commands started with `&`); test_docs.py runs it exactly as written. Under a content tab titled
+  "GPU ..." it runs only where CUDA is present.
 - output: a `text` fence titled "Output" after a command fence; test_docs.py checks that the command
   still prints it.
 - not executed: the fence sits right under `<!-- not executed: REASON -->`. Keep these rare.

@@ -15,6 +15,7 @@ sum must be n(n+1)/2 exactly (small integers are exact in float32).
 from __future__ import annotations
 
 import datetime
+import functools
 import os
 import platform
 import statistics
@@ -23,7 +24,12 @@ import time
 import torch
 import torch.distributed as dist
 
-from distdocs.collectives import check_same_tensor_everywhere, naive_allreduce, ring_allreduce, tree_allreduce
+from distdocs.collectives import (
+    check_same_tensor_everywhere,
+    naive_allreduce,
+    ring_allreduce,
+    tree_allreduce,
+)
 from distdocs.launch import World
 
 IMPLS = ("gloo", "ring", "tree", "naive")
@@ -60,6 +66,16 @@ def _run_impl(name: str, x: torch.Tensor) -> None:
         ours(x, validate=False)
 
 
+def _slowest_rank_seconds(fn) -> float:
+    """Run `fn` on every rank from a common start (a barrier); the slowest rank's time sets the pace."""
+    dist.barrier()
+    start = time.perf_counter()
+    fn()
+    elapsed = torch.tensor([time.perf_counter() - start], dtype=torch.float64)
+    dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
+    return elapsed.item()
+
+
 def _time_sizes(rank: int, world_size: int, sizes: list[int], iters: int, warmup: int) -> list[dict]:
     records = []
     for nbytes in sizes:
@@ -73,13 +89,9 @@ def _time_sizes(rank: int, world_size: int, sizes: list[int], iters: int, warmup
         times: dict[str, list[float]] = {name: [] for name in IMPLS}
         for i in range(warmup + iters):
             for name in IMPLS:  # take turns, so that a noisy moment hits every implementation alike
-                dist.barrier()
-                start = time.perf_counter()
-                _run_impl(name, x)
-                elapsed = torch.tensor([time.perf_counter() - start], dtype=torch.float64)
-                dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)  # the slowest rank sets the pace
+                elapsed = _slowest_rank_seconds(functools.partial(_run_impl, name, x))
                 if i >= warmup:
-                    times[name].append(elapsed.item())
+                    times[name].append(elapsed)
         for name in IMPLS:
             t = statistics.median(times[name])
             algbw = nbytes / t / 1e9
@@ -87,18 +99,11 @@ def _time_sizes(rank: int, world_size: int, sizes: list[int], iters: int, warmup
                             "iters": iters, "time_s": t, "algbw_gbps": algbw,
                             "busbw_gbps": algbw * 2 * (world_size - 1) / world_size})
     # The input handshake that ring_allreduce runs unless validate=False: one all_reduce of 6 int64s.
-    handshake = []
-    for i in range(warmup + iters):
-        dist.barrier()
-        start = time.perf_counter()
-        check_same_tensor_everywhere(x)
-        elapsed = torch.tensor([time.perf_counter() - start], dtype=torch.float64)
-        dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
-        if i >= warmup:
-            handshake.append(elapsed.item())
-    t = statistics.median(handshake)
+    handshake = [_slowest_rank_seconds(lambda: check_same_tensor_everywhere(x)) for _ in range(warmup + iters)]
+    t = statistics.median(handshake[warmup:])
+    algbw = 48 / t / 1e9
     records.append({"impl": "check", "world_size": world_size, "bytes": 48, "dtype": "int64", "iters": iters,
-                    "time_s": t, "algbw_gbps": 48 / t / 1e9, "busbw_gbps": 48 / t / 1e9 * 2 * (world_size - 1) / world_size})
+                    "time_s": t, "algbw_gbps": algbw, "busbw_gbps": algbw * 2 * (world_size - 1) / world_size})
     return records
 
 

@@ -53,8 +53,8 @@ def _exchange(
 
     Returns (send requests, one receive request per segment of `recv`), or, where the backend
     coalesces a batch into one request (nccl), ([], [that request]) and no per-segment order.
-    All messages go in one batch_isend_irecv call: nccl deadlocks on a separate send and receive
-    that cross between two ranks."""
+    On nccl all messages go in one batch_isend_irecv call: it deadlocks on a separate send and
+    receive that cross between two ranks."""
     sends, recvs = _segments(send), _segments(recv)
     counts["steps"] = counts.get("steps", 0) + 1
     counts["bytes_sent"] = counts.get("bytes_sent", 0) + send.numel() * send.element_size()
