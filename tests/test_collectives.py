@@ -1,7 +1,8 @@
-"""distdocs.collectives.ring_allreduce (and the tree and naive allreduces) against gloo's all_reduce: any length (0 and 1 included), any
-shape, float32, float64, int64 and bfloat16, world sizes 1 to 4, and clear errors for bad input.
+"""distdocs.collectives.ring_allreduce (and the tree and naive allreduces) against gloo's all_reduce:
+any length (0 and 1 included), any shape, float32, float64, int64 and bfloat16, world sizes 1 to 4,
+and clear errors for bad input.
 
-Hypothesis draws the cases in this process and sends each to long-lived ranks (distdocs.launch.World),
+Hypothesis draws the cases in this process and sends each to long-lived ranks (distdocs.world.World),
 so that a failing case shrinks here while the ranks stay up.
 
 Tolerance. Integers must be bitwise equal. Floats: two ways of adding the same n numbers in another
@@ -19,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from distdocs.collectives import naive_allreduce, ring_allreduce, tree_allreduce
-from distdocs.launch import RankFailed, World
+from distdocs.world import RankFailed, World
 
 DTYPES = ["float32", "float64", "int64", "bfloat16"]
 UNIT_ROUNDOFF = {"float32": 2.0**-24, "float64": 2.0**-53, "bfloat16": 2.0**-8}
@@ -63,10 +64,12 @@ def world(request):
         yield w
 
 
-@settings(max_examples=40, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(shape=st.lists(st.integers(0, 9), max_size=4).map(tuple),
-       dtype_name=st.sampled_from(DTYPES), seed=st.integers(0, 2**16))
+@settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    shape=st.lists(st.integers(0, 9), max_size=4).map(tuple),
+    dtype_name=st.sampled_from(DTYPES),
+    seed=st.integers(0, 2**16),
+)
 def test_ring_equals_gloo_on_random_shapes(world, shape, dtype_name, seed):
     results = world.run(ring_and_gloo, shape, dtype_name, seed)
     assert_ring_matches_gloo(results, world.world_size, dtype_name)
@@ -78,17 +81,20 @@ def test_ring_handles_lengths_below_and_around_the_world_size(world, numel):
         assert_ring_matches_gloo(world.run(ring_and_gloo, (numel,), dtype_name, numel), world.world_size, dtype_name)
 
 
-@settings(max_examples=15, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(shape=st.lists(st.integers(0, 9), max_size=3).map(tuple), dtype_name=st.sampled_from(DTYPES),
-       seed=st.integers(0, 2**16), impl=st.sampled_from(["tree", "naive"]))
+@settings(max_examples=15, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    shape=st.lists(st.integers(0, 9), max_size=3).map(tuple),
+    dtype_name=st.sampled_from(DTYPES),
+    seed=st.integers(0, 2**16),
+    impl=st.sampled_from(["tree", "naive"]),
+)
 def test_tree_and_naive_equal_gloo_too(world, shape, dtype_name, seed, impl):
     results = world.run(ring_and_gloo, shape, dtype_name, seed, impl)
     assert_ring_matches_gloo(results, world.world_size, dtype_name)
 
 
-def test_ring_handles_tensors_larger_than_a_segment(world):
-    # 3,000,001 float32s: 12 MB, uneven chunks, and at world size 2 two segments (4 MB + 2 MB) per ring step.
+def test_ring_handles_large_tensors_with_uneven_chunks(world):
+    # 3,000,001 float32s: about 11.4 MiB, in chunks that differ by one element.
     assert_ring_matches_gloo(world.run(ring_and_gloo, (3_000_001,), "float32", 1), world.world_size, "float32")
 
 
@@ -101,9 +107,24 @@ def different_sizes(rank: int, world_size: int) -> None:
     ring_allreduce(torch.ones(10 + rank))
 
 
-@pytest.mark.parametrize("fn, message", [(non_contiguous_on_rank_1, "needs a contiguous tensor on every rank"),
-                                         (different_sizes, "different sizes")])
+@pytest.mark.parametrize(
+    "fn, message",
+    [(non_contiguous_on_rank_1, "needs a contiguous tensor on every rank"), (different_sizes, "different sizes")],
+)
 def test_bad_input_raises_on_every_rank_without_hanging(fn, message):
     with pytest.raises(RankFailed, match=message):
         with World(2, timeout_s=30) as w:
             w.run(fn)
+
+
+def reused_workspace(rank: int, world_size: int) -> list[bool]:
+    """Calls of growing and shrinking sizes share one receive buffer; every result must stay right."""
+    results = []
+    for numel in (10, 1000, 7, 100_000, 3):
+        x = torch.full((numel,), float(rank + 1))
+        results.append(bool((ring_allreduce(x) == world_size * (world_size + 1) / 2).all()))
+    return results
+
+
+def test_ring_reuses_its_receive_buffer_across_calls_of_any_size(world):
+    assert all(all(r) for r in world.run(reused_workspace))

@@ -13,11 +13,8 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-# Each ring step's chunk moves in segments of this many bytes, so that adding one segment overlaps
-# with receiving the next. 4 MB did best of 256 KB, 1 MB, 4 MB and unsegmented on 2 cores with gloo.
-SEGMENT_BYTES = 4 << 20
-DTYPE_CODES = {torch.float32: 1, torch.float64: 2, torch.int64: 3, torch.bfloat16: 4, torch.float16: 5,
-               torch.int32: 6}
+DTYPE_CODES = {torch.float32: 1, torch.float64: 2, torch.int64: 3, torch.bfloat16: 4, torch.float16: 5, torch.int32: 6}
+_WORKSPACES: dict[tuple[torch.dtype, torch.device], torch.Tensor] = {}
 
 
 def _peer(group, group_rank: int) -> int:
@@ -36,56 +33,65 @@ def check_same_tensor_everywhere(tensor: torch.Tensor, group=None) -> None:
     dist.all_reduce(seen, op=dist.ReduceOp.MAX, group=group)
     (most, top_code, _), (least, low_code, any_strided) = seen[:3].tolist(), (-seen[3:]).tolist()
     if any_strided == 0:
-        raise ValueError("allreduce needs a contiguous tensor on every rank; call .contiguous() first "
-                         f"(this rank's is {'contiguous' if contiguous else 'not contiguous'})")
+        raise ValueError(
+            "allreduce needs a contiguous tensor on every rank; call .contiguous() first "
+            f"(this rank's is {'contiguous' if contiguous else 'not contiguous'})"
+        )
     if most != least:
-        raise ValueError(f"ranks pass tensors of different sizes to allreduce: from {least} to {most} "
-                         f"elements (this rank: {tensor.numel()}, shape {tuple(tensor.shape)})")
+        raise ValueError(
+            f"ranks pass tensors of different sizes to allreduce: from {least} to {most} "
+            f"elements (this rank: {tensor.numel()}, shape {tuple(tensor.shape)})"
+        )
     if top_code != low_code or code == 0:
-        raise TypeError(f"ranks must pass the same supported dtype to allreduce (this rank: {tensor.dtype}; "
-                        f"supported: {', '.join(str(d) for d in DTYPE_CODES)})")
+        raise TypeError(
+            f"ranks must pass the same supported dtype to allreduce (this rank: {tensor.dtype}; "
+            f"supported: {', '.join(str(d) for d in DTYPE_CODES)})"
+        )
 
 
-def _exchange(
-    send: torch.Tensor, dst: int, recv: torch.Tensor, src: int, group, counts: dict
-) -> tuple[list, list]:
-    """Start sending `send` to `dst` and receiving into `recv` from `src`, each in segments.
-
-    Returns (send requests, one receive request per segment of `recv`), or, where the backend
-    coalesces a batch into one request (nccl), ([], [that request]) and no per-segment order.
-    On nccl all messages go in one batch_isend_irecv call: it deadlocks on a separate send and
-    receive that cross between two ranks."""
-    sends, recvs = _segments(send), _segments(recv)
-    counts["steps"] = counts.get("steps", 0) + 1
-    counts["bytes_sent"] = counts.get("bytes_sent", 0) + send.numel() * send.element_size()
-    if dist.get_backend(group) == "gloo":
-        # gloo runs each isend/irecv on its own; batch_isend_irecv only adds bookkeeping (about 0.3 ms
-        # an exchange on 2 cores). Receives first, so that every buffer is posted before data arrives.
-        recv_reqs = [dist.irecv(t, src, group) for t in recvs]
-        return [dist.isend(t, dst, group) for t in sends], recv_reqs
-    ops = [dist.P2POp(dist.isend, t, dst, group) for t in sends]
-    ops += [dist.P2POp(dist.irecv, t, src, group) for t in recvs]
-    reqs = dist.batch_isend_irecv(ops) if ops else []
-    if len(reqs) != len(ops):
-        return [], reqs
-    return reqs[: len(sends)], reqs[len(sends) :]
+def _workspace(like: torch.Tensor, numel: int) -> torch.Tensor:
+    """A receive buffer kept from one call to the next, as gloo keeps its own. A fresh buffer of
+    many MiB on every call pays a page fault for every 4 KiB page it first touches."""
+    key = (like.dtype, like.device)
+    if key not in _WORKSPACES or _WORKSPACES[key].numel() < numel:
+        _WORKSPACES[key] = torch.empty(numel, dtype=like.dtype, device=like.device)
+    return _WORKSPACES[key][:numel]
 
 
-def _segments(t: torch.Tensor) -> list[torch.Tensor]:
-    per = max(1, SEGMENT_BYTES // t.element_size())
-    return list(t.split(per)) if t.numel() else []
+class _Done:
+    """A request that has already completed."""
+
+    def wait(self) -> None:
+        pass
+
+
+def _exchange(send: torch.Tensor, dst: int, recv: torch.Tensor, src: int, group, stats: dict | None) -> tuple:
+    """Send `send` to `dst` and receive `recv` from `src`. Returns once `recv` has arrived, with two
+    requests: the send's, which may still be in flight, and the receive's, done. Wait for the send
+    before letting go of the receive's request: on gloo, freeing a receive request waits for the
+    connection, which a send in flight holds, so the caller's work would stop overlapping the send."""
+    if stats is not None:
+        stats["steps"] = stats.get("steps", 0) + 1
+        stats["bytes_sent"] = stats.get("bytes_sent", 0) + send.numel() * send.element_size()
+    if dist.get_backend(group) == "nccl":  # nccl deadlocks on a send and a receive that cross unless batched
+        ops = [dist.P2POp(dist.isend, send, dst, group), dist.P2POp(dist.irecv, recv, src, group)]
+        for request in dist.batch_isend_irecv(ops):
+            request.wait()
+        return _Done(), _Done()
+    sending = dist.isend(send, dst, group)  # first, so that the neighbour's receive can start at once
+    receiving = dist.irecv(recv, src, group)
+    receiving.wait()
+    return sending, receiving
 
 
 # --8<-- [start:ring]
-def ring_allreduce(
-    tensor: torch.Tensor, group=None, validate: bool = True, stats: dict | None = None
-) -> torch.Tensor:
+def ring_allreduce(tensor: torch.Tensor, group=None, validate: bool = True, stats: dict | None = None) -> torch.Tensor:
     """Sum `tensor` across ranks, in place: a reduce-scatter, then an all-gather, around a ring.
 
     The tensor is cut into n chunks. In each of n-1 reduce-scatter steps every rank sends one chunk to
     its right neighbour and adds the chunk that arrives from its left; after them, rank r holds the
     full sum of chunk (r+1) % n. In n-1 all-gather steps the finished chunks travel once more around
-    the ring. Every rank sends 2(n-1) chunks of S/n bytes: 2(n-1)/n * S in all, whatever n is.
+    the ring. Every rank sends 2(n-1) chunks of S/n bytes: 2(n-1)/n * S in all.
     Pass a dict as `stats` to have this rank's "steps" and "bytes_sent" counted into it.
     """
     if validate:
@@ -96,31 +102,22 @@ def ring_allreduce(
     rank = dist.get_rank(group)
     right, left = _peer(group, (rank + 1) % n), _peer(group, (rank - 1) % n)
     chunks = tensor.view(-1).tensor_split(n)  # sizes differ by at most one element
-    inbox = torch.empty_like(chunks[0])
-    counts = stats if stats is not None else {}
+    inbox = _workspace(tensor, chunks[0].numel())  # chunk 0 is the largest
 
-    for step in range(n - 1):  # reduce-scatter
+    for step in range(n - 1):  # reduce-scatter: add what arrives into my copy of that chunk
         send, recv = chunks[(rank - step) % n], chunks[(rank - step - 1) % n]
-        arriving = inbox[: recv.numel()]
-        sends, recvs = _exchange(send, right, arriving, left, group, counts)
-        if len(recvs) == len(_segments(arriving)):
-            # Add each segment as soon as it lands, while the later ones are still in flight.
-            for target, segment, req in zip(_segments(recv), _segments(arriving), recvs):
-                req.wait()
-                target += segment
-        else:
-            for req in recvs:
-                req.wait()
-            recv += arriving
-        for req in sends:
-            req.wait()
+        arrived = inbox[: recv.numel()]
+        sending, received = _exchange(send, right, arrived, left, group, stats)
+        recv += arrived  # while the chunk sent may still be on its way
+        sending.wait()
 
     for step in range(n - 1):  # all-gather: finished chunks overwrite stale ones
         send, recv = chunks[(rank + 1 - step) % n], chunks[(rank - step) % n]
-        sends, recvs = _exchange(send, right, recv, left, group, counts)
-        for req in sends + recvs:
-            req.wait()
+        sending, received = _exchange(send, right, recv, left, group, stats)
+        sending.wait()
     return tensor
+
+
 # --8<-- [end:ring]
 
 
@@ -135,7 +132,7 @@ def naive_allreduce(tensor: torch.Tensor, group=None, validate: bool = True) -> 
         return tensor
     root = _peer(group, 0)
     if rank == 0:
-        inbox = torch.empty_like(tensor)
+        inbox = _workspace(tensor, tensor.numel()).view_as(tensor)
         for other in range(1, n):
             dist.recv(inbox, src=_peer(group, other), group=group)
             tensor += inbox
@@ -145,6 +142,8 @@ def naive_allreduce(tensor: torch.Tensor, group=None, validate: bool = True) -> 
         dist.send(tensor, dst=root, group=group)
         dist.recv(tensor, src=root, group=group)
     return tensor
+
+
 # --8<-- [end:naive]
 
 
@@ -158,7 +157,7 @@ def tree_allreduce(tensor: torch.Tensor, group=None, validate: bool = True) -> t
     n, rank = dist.get_world_size(group), dist.get_rank(group)
     if n == 1 or tensor.numel() == 0:
         return tensor
-    inbox = torch.empty_like(tensor)
+    inbox = _workspace(tensor, tensor.numel()).view_as(tensor)
     mask = 1
     while mask < n:  # reduce: at distance `mask`, odd multiples send to even ones
         if rank & mask:
@@ -177,4 +176,6 @@ def tree_allreduce(tensor: torch.Tensor, group=None, validate: bool = True) -> t
             dist.send(tensor, dst=_peer(group, rank + mask), group=group)
         mask >>= 1
     return tensor
+
+
 # --8<-- [end:tree]
