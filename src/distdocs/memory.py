@@ -15,6 +15,12 @@ attention (no s x s score matrix kept): about 34·s·b·h bytes per layer for se
 micro-batch b and hidden size h (Korthikanti et al. 2022, "Reducing Activation Recomputation in Large
 Transformer Models", without the 5·a·s/h attention term). Real frameworks keep more or less
 depending on recomputation, fused kernels and buffers.
+
+Splitting the layers divides the two kinds of memory differently. Tensor parallelism over t devices
+(with sequence parallelism) divides both the model states and the activations by t. Pipeline
+parallelism over p stages divides the model states by p but not the activations of the first stage:
+under 1F1B it keeps p micro-batches in flight, each with the activations of its L/p layers, which is
+L layers' worth, as many as without a pipeline (Korthikanti et al. 2022, section 4.2.3).
 """
 
 from __future__ import annotations
@@ -45,8 +51,12 @@ class ModelStates:
     optimizer: int
 
     def parts(self) -> dict[str, int]:
-        return {"weights": self.weights, "gradients": self.gradients,
-                "master weights": self.master_weights, "optimizer": self.optimizer}
+        return {
+            "weights": self.weights,
+            "gradients": self.gradients,
+            "master weights": self.master_weights,
+            "optimizer": self.optimizer,
+        }
 
     @property
     def total(self) -> int:
@@ -74,7 +84,61 @@ def per_device_model_states(params: float, states: ModelStates, strategy: str, d
     return sum(params * b / (devices if name in sharded else 1) for name, b in states.parts().items())
 
 
-def devices_to_fit(params: float, states: ModelStates, device_bytes: float, activations: float = 0) -> int:
-    """The fewest devices that hold the model when its states and its activations both split evenly
-    across them, as tensor and pipeline parallelism split layers: ceil(total / device)."""
-    return math.ceil((params * states.total + activations) / device_bytes)
+def tensor_pipeline_split(
+    params: float, states: ModelStates, device_bytes: float, activations: float = 0, max_tensor_parallel: int = 8
+) -> tuple[int, int] | None:
+    """The fewest devices t x p that hold the model under t-way tensor and p-way pipeline parallelism,
+    as (t, p): each device keeps states / (t p) and, on the first stage, activations / t. t runs over
+    powers of two up to `max_tensor_parallel` (one node's GPUs, since tensor parallelism needs fast
+    links); of equal totals the smaller t wins. None if even the largest t leaves no room."""
+    best = None
+    t = 1
+    while t <= max_tensor_parallel:
+        room = device_bytes - activations / t
+        if room > 0:
+            p = max(1, math.ceil(params * states.total / t / room))
+            if best is None or t * p < best[0] * best[1]:
+                best = (t, p)
+        t *= 2
+    return best
+
+
+def report(
+    params: float,
+    precision: str = "bf16-mixed",
+    optimizer: str = "adam",
+    devices: int = 8,
+    device_gib: float = 80,
+    activations: float = 0,
+    activation_note: str = "",
+) -> str:
+    """The memory report that `distdocs memory` prints."""
+    states = bytes_per_parameter(precision, optimizer)
+    device = device_gib * GIB
+    gib = lambda b: f"{b / GIB:9.1f} GiB"  # noqa: E731
+    fits = lambda b: "fits" if b <= device else "does not fit"  # noqa: E731
+    lines = [
+        f"{params / 1e9:.1f} B parameters, {precision}, {optimizer}: {states.total} bytes per parameter of model states"
+    ]
+    lines += [f"  {name:<16} {per:>3} B/param {gib(params * per)}" for name, per in states.parts().items() if per]
+    total = params * states.total
+    lines.append(f"  {'model states':<16} {states.total:>3} B/param {gib(total)}")
+    if activations:
+        lines.append(f"  {'activations':<16} {'':>9} {gib(activations)}  ({activation_note})")
+    lines.append(
+        f"one {device_gib:g} GiB device: {fits(total + activations)} (needs {gib(total + activations).strip()})"
+    )
+    lines.append(f"per device, data parallel over {devices} devices (model states + activations):")
+    for strategy in SHARDED:
+        each = per_device_model_states(params, states, strategy, devices) + activations
+        lines.append(f"  {strategy:<12} {gib(each)}  {fits(each)}")
+    split = tensor_pipeline_split(params, states, device, activations)
+    if split is None:
+        lines.append("tensor x pipeline parallel: the activations alone overflow a device even split 8 ways")
+    else:
+        t, p = split
+        lines.append(
+            f"tensor x pipeline parallel (TP divides activations, PP does not): at least {t * p} "
+            f"devices of {device_gib:g} GiB, TP {t} x PP {p}"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,172 @@
+"""gloo's all_reduce against distdocs' ring, tree and naive allreduces: time, algbw, busbw.
+
+Every implementation runs on the same ranks, size by size, taking turns iteration by iteration so
+that a noisy moment hits all of them alike. It reports what nccl-tests reports:
+
+- time: the median over iterations of the slowest rank's time;
+- algbw = bytes / time;
+- busbw = algbw * 2(n-1)/n, the bytes each rank's link carries in a ring, so that numbers for
+  different world sizes compare with the hardware's bandwidth.
+
+Our implementations run with `validate=False`, since gloo validates nothing; the input handshake
+that `validate=True` adds is timed on its own, in the `check` rows. Before timing a size, each
+result is checked: every rank contributes rank+1, so the sum must be n(n+1)/2 exactly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import statistics
+
+import torch
+import torch.distributed as dist
+
+from distdocs.bench.harness import (
+    WARMUP,
+    machine_line,
+    median_after_warmup,
+    parse_list,
+    parse_size,
+    require,
+    slowest_rank_seconds,
+)
+from distdocs.collectives import check_same_tensor_everywhere, naive_allreduce, ring_allreduce, tree_allreduce
+from distdocs.world import World
+
+IMPLS = ("gloo", "ring", "tree", "naive")
+OURS = {"ring": ring_allreduce, "tree": tree_allreduce, "naive": naive_allreduce}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--world-sizes", default="2,4", help="comma-separated (default: 2,4)")
+    parser.add_argument(
+        "--sizes", default="256K,4M,64M", help="comma-separated byte counts, K/M/G binary (default: 256K,4M,64M)"
+    )
+    parser.add_argument("--iters", type=int, default=10, help="timed iterations per size (default: 10)")
+    parser.add_argument("--warmup", type=int, default=WARMUP, help=f"untimed iterations first (default: {WARMUP})")
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="run the whole sweep this many times, in fresh processes, and report medians "
+        "and the spread of the ratios (default: 1)",
+    )
+
+
+def main(args: argparse.Namespace, progress=None) -> list[dict]:
+    sizes = [parse_size(s) for s in args.sizes.split(",")]
+    world_sizes = parse_list(args.world_sizes, int, "--world-sizes")
+    require(
+        min(args.iters, args.repeat) >= 1 and args.warmup >= 0,
+        "--iters and --repeat must be at least 1, --warmup at least 0",
+    )
+    return bench_allreduce(world_sizes, sizes, args.iters, args.warmup, progress, args.repeat)
+
+
+def _run_impl(name: str, x: torch.Tensor) -> None:
+    if name == "gloo":
+        dist.all_reduce(x)
+    else:
+        OURS[name](x, validate=False)
+
+
+def _record(impl: str, world_size: int, nbytes: int, iters: int, t: float, dtype: str = "float32") -> dict:
+    algbw = nbytes / t / 1e9
+    return {
+        "impl": impl,
+        "world_size": world_size,
+        "bytes": nbytes,
+        "dtype": dtype,
+        "iters": iters,
+        "time_s": t,
+        "algbw_gbps": algbw,
+        "busbw_gbps": algbw * 2 * (world_size - 1) / world_size,
+    }
+
+
+def _time_sizes(rank: int, world_size: int, sizes: list[int], iters: int, warmup: int) -> list[dict]:
+    records = []
+    for nbytes in sizes:
+        x = torch.empty(nbytes // 4, dtype=torch.float32)
+        for name in IMPLS:
+            x.fill_(rank + 1)
+            _run_impl(name, x)
+            if not bool((x == world_size * (world_size + 1) / 2).all()):
+                raise AssertionError(f"{name} allreduce of {nbytes} bytes gave a wrong sum")
+        times: dict[str, list[float]] = {name: [] for name in IMPLS}
+        for _ in range(warmup + iters):
+            for name in IMPLS:  # take turns, so that a noisy moment hits every implementation alike
+                times[name].append(slowest_rank_seconds(functools.partial(_run_impl, name, x)))
+        records += [
+            _record(name, world_size, nbytes, iters, median_after_warmup(times[name], warmup)) for name in IMPLS
+        ]
+    # The input handshake that ring_allreduce runs unless validate=False: one all_reduce of 6 int64s.
+    handshake = [slowest_rank_seconds(lambda: check_same_tensor_everywhere(x)) for _ in range(warmup + iters)]
+    return records + [_record("check", world_size, 48, iters, median_after_warmup(handshake, warmup), "int64")]
+
+
+def bench_allreduce(
+    world_sizes: list[int], sizes: list[int], iters: int = 10, warmup: int = WARMUP, progress=None, repeat: int = 1
+) -> list[dict]:
+    """Time every implementation at every size and world size, `repeat` times over in fresh worlds.
+    Each record holds the median over repeats of the time, and of the busbw ratio to gloo taken within
+    each repeat, with that ratio's lowest and highest value: on a shared machine the spread between
+    runs is part of the result."""
+    runs = []
+    for r in range(repeat):
+        records = []
+        for n in world_sizes:
+            if progress:
+                progress(
+                    f"run {r + 1}/{repeat}, world size {n}: {len(sizes)} sizes x {len(IMPLS)} "
+                    f"implementations x {iters} iterations"
+                )
+            with World(n, timeout_s=600) as world:
+                records += world.run(_time_sizes, sizes, iters, warmup)[0]
+        gloo = {(x["world_size"], x["bytes"]): x for x in records if x["impl"] == "gloo"}
+        for x in records:
+            base = gloo.get((x["world_size"], x["bytes"]))
+            x["busbw_ratio_vs_gloo"] = x["busbw_gbps"] / base["busbw_gbps"] if base else None
+        runs.append(records)
+    merged = []
+    for i, first in enumerate(runs[0]):
+        same = [run[i] for run in runs]
+        ratios = [x["busbw_ratio_vs_gloo"] for x in same if x["busbw_ratio_vs_gloo"] is not None]
+        merged.append(
+            {
+                **_record(
+                    first["impl"],
+                    first["world_size"],
+                    first["bytes"],
+                    iters,
+                    statistics.median(x["time_s"] for x in same),
+                    first["dtype"],
+                ),
+                "repeats": repeat,
+                "busbw_ratio_vs_gloo": statistics.median(ratios) if ratios else None,
+                "ratio_range": [min(ratios), max(ratios)] if ratios else None,
+            }
+        )
+    return merged
+
+
+def format_table(records: list[dict], machine: dict) -> str:
+    """nccl-tests' columns, one line per implementation, size and world size."""
+    repeats = records[0]["repeats"]
+    lines = [
+        machine_line(machine, f"medians of {repeats} runs" if repeats > 1 else "one run"),
+        f"{'ranks':>5} {'size (B)':>10} {'impl':>5} {'time (us)':>10} {'algbw (GB/s)':>12} "
+        f"{'busbw (GB/s)':>12} {'vs gloo':>7} {'(lowest-highest)':>16}",
+    ]
+    for r in records:
+        ratio, spread = "", ""
+        if r["impl"] not in ("gloo", "check") and r["busbw_ratio_vs_gloo"] is not None:
+            ratio = f"{r['busbw_ratio_vs_gloo']:.2f}x"
+            if r.get("repeats", 1) > 1:
+                spread = f"{r['ratio_range'][0]:.2f}-{r['ratio_range'][1]:.2f}"
+        lines.append(
+            f"{r['world_size']:>5} {r['bytes']:>10} {r['impl']:>5} {r['time_s'] * 1e6:>10.1f} "
+            f"{r['algbw_gbps']:>12.3f} {r['busbw_gbps']:>12.3f} {ratio:>7} {spread:>16}".rstrip()
+        )
+    return "\n".join(lines)

@@ -1,0 +1,106 @@
+"""What every benchmark shares: the machine it ran on, the slowest-rank timer, medians, byte sizes,
+and saving the records as JSON with a TXT table beside them."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable
+
+import torch
+import torch.distributed as dist
+
+# Untimed iterations before the timed ones, in every benchmark: the first steps allocate buffers,
+# connect gloo's pairs and warm caches.
+WARMUP = 2
+SUFFIXES = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+
+class UsageError(ValueError):
+    """Bad command-line input: `distdocs` prints it as one line and exits with code 2."""
+
+
+def require(ok: bool, message: str) -> None:
+    """Raise a UsageError with `message` unless `ok`."""
+    if not ok:
+        raise UsageError(message)
+
+
+def parse_size(text: str) -> int:
+    """'256K', '4M', '1G' (binary: K = 1024) or plain bytes, to a byte count that is a multiple of 4."""
+    t = text.strip().upper().removesuffix("B").removesuffix("I")
+    scale = SUFFIXES.get(t[-1:], 1)
+    number = t[:-1] if t[-1:] in SUFFIXES else t
+    ok = number.isdigit() and int(number) * scale >= 4 and int(number) * scale % 4 == 0
+    require(ok, f"bad size {text!r}: use bytes (a multiple of 4) or 256K, 4M, 1G (binary units)")
+    return int(number) * scale
+
+
+def parse_list(text: str, kind: type, what: str, minimum: float = 1) -> list:
+    """'1,2,4' to [1, 2, 4], each of type `kind` and at least `minimum`; else a UsageError."""
+    try:
+        values = [kind(v) for v in text.split(",")]
+    except ValueError:
+        values = []
+    require(
+        bool(values) and all(v >= minimum for v in values),
+        f"{what} must be a comma-separated list of numbers of at least {minimum}, not {text!r}",
+    )
+    return values
+
+
+def machine_info() -> dict:
+    """What the numbers were measured on."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "torch": torch.__version__,
+        "backend": "gloo",
+        "python": platform.python_version(),
+        "date": datetime.date.today().isoformat(),
+    }
+
+
+def machine_line(machine: dict, setup: str = "") -> str:
+    """The comment line that opens every saved table: where it ran, then what was run."""
+    line = (
+        f"# {machine['cpu']}, {machine['cores']} cores, torch {machine['torch']}, {machine['backend']}, "
+        f"{machine['date']}"
+    )
+    return f"{line}; {setup}" if setup else line
+
+
+def slowest_rank_seconds(fn: Callable[[], object]) -> float:
+    """Run `fn` on every rank from a common start (a barrier) and return the slowest rank's time:
+    a collective step is done only when its last rank is."""
+    dist.barrier()
+    start = time.perf_counter()
+    fn()
+    elapsed = torch.tensor([time.perf_counter() - start], dtype=torch.float64)
+    dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
+    return elapsed.item()
+
+
+def median_after_warmup(times: list[float], warmup: int = WARMUP) -> float:
+    """The median of the timed iterations, the first `warmup` left out."""
+    if len(times) <= warmup:
+        raise ValueError(f"{len(times)} iterations leave none after {warmup} warm-up ones")
+    return statistics.median(times[warmup:])
+
+
+def save(prefix: str, machine: dict, records: list[dict], table: str) -> None:
+    """Write PREFIX.json ({machine, records}) and PREFIX.txt (the table the pages include)."""
+    with open(f"{prefix}.json", "w") as f:
+        json.dump({"machine": machine, "records": records}, f, indent=2)
+    with open(f"{prefix}.txt", "w") as f:
+        f.write(table + "\n")
