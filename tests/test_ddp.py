@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from distdocs.ddp import BucketedDDP
-from distdocs.launch import RankFailed, spawn_world
+from distdocs.world import RankFailed, spawn_world
 
 
 def bucket_sizes(rank: int, world_size: int) -> list[int]:

@@ -1,21 +1,36 @@
-"""Every script in examples/ runs the way a reader runs it: the torchrun command in its docstring,
-from the repository root, in a subprocess with a hard timeout. It must exit 0, leave nothing running,
-and reach the end of its self-check."""
+"""Every script in examples/ runs the way a reader runs a copy of it: the torchrun command in its
+docstring, from a folder that holds only that file, with torch and without distdocs (but for the one
+piece its page builds). It must exit 0, leave nothing running, and reach the end of its self-check.
+And every example shows the same process-group setup, which the first lesson page explains."""
 
 from __future__ import annotations
 
+import ast
+import sys
+
 import pytest
 
-from markdown_fences import EXAMPLES, REPO, all_examples, example_command
+from commands import ALLOWED_IN_EXAMPLES, CommandRuns
+from markdown_fences import REPO, all_examples, example_command
 
 EXAMPLE_SCRIPTS = all_examples()
+IDS = [str(p.relative_to(REPO)) for p in EXAMPLE_SCRIPTS]
+FIRST = REPO / "examples/data_parallel/step01_manual_allreduce.py"  # the lesson page that explains the setup
+SETUP_START, SETUP_END = "# --8<-- [start:setup]", "# --8<-- [end:setup]"
+
+
+def setup_section(path) -> str | None:
+    text = path.read_text()
+    if SETUP_START not in text:
+        return None
+    return text[text.index(SETUP_START) : text.index(SETUP_END)]
 
 
 def test_there_are_examples():
     assert EXAMPLE_SCRIPTS, "no examples found under examples/"
 
 
-@pytest.mark.parametrize("script", EXAMPLE_SCRIPTS, ids=[str(p.relative_to(EXAMPLES)) for p in EXAMPLE_SCRIPTS])
+@pytest.mark.parametrize("script", EXAMPLE_SCRIPTS, ids=IDS)
 def test_example_passes_its_self_check(script, command_runs, record_property):
     command = example_command(script)
     assert str(script.relative_to(REPO)) in command, f"the docstring's command does not launch {script.name}"
@@ -24,3 +39,47 @@ def test_example_passes_its_self_check(script, command_runs, record_property):
     # its checks cannot pass.
     assert "self-check passed" in result.stdout.splitlines(), result.describe()
     record_property("executed", "examples")
+
+
+@pytest.mark.parametrize("script", EXAMPLE_SCRIPTS, ids=IDS)
+def test_example_shows_the_same_setup_as_the_first_lesson(script):
+    section = setup_section(script)
+    if section is None:  # a framework that starts the group itself must still show that call
+        assert "deepspeed.init_distributed(" in script.read_text(), f"{script.name} has no setup section"
+        return
+    assert section == setup_section(FIRST), f"{script.name}: its setup section differs from {FIRST.name}'s"
+
+
+@pytest.mark.parametrize("script", EXAMPLE_SCRIPTS, ids=IDS)
+def test_example_imports_torch_and_at_most_the_piece_its_page_builds(script):
+    tree = ast.parse(script.read_text())
+    modules = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    modules |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    ours = {m for m in modules if m.split(".")[0] == "distdocs"}
+    assert len(ours) <= 1 and ours <= {f"distdocs.{name}" for name in ALLOWED_IN_EXAMPLES}, ours
+    if ours:
+        assert "pip install -e ." in ast.get_docstring(tree), "say in the docstring how to install the piece"
+    others = {m.split(".")[0] for m in modules} - {"distdocs", "torch", "deepspeed"} - sys.stdlib_module_names
+    assert not others, f"{script.name} needs more than torch: {others}"
+
+
+def test_plain_python_gets_a_one_line_error_with_the_torchrun_command():
+    example = "examples/data_parallel/step01_manual_allreduce.py"
+    result = CommandRuns().run(f"python {example}")
+    assert result.returncode != 0 and not result.timed_out
+    assert result.stderr.strip() == (f"error: launch with torchrun: torchrun --standalone --nproc_per_node=2 {example}")
+
+
+def test_wrong_world_size_gets_one_line_naming_the_right_command():
+    script = "examples/model_parallel/step01_split_layers.py"  # needs exactly 2 ranks
+    result = CommandRuns().run(f"torchrun --standalone --nproc_per_node=3 {script}")
+    assert result.returncode != 0 and not result.timed_out and not result.leftovers
+    wanted = (
+        f"error: this example needs exactly 2 processes, got 3; "
+        f"launch it with: torchrun --standalone --nproc_per_node=2 {script}"
+    )
+    assert wanted in result.stderr.splitlines()
+    assert result.stderr.count(wanted) == 1  # said once, by rank 0, not by every rank
+    assert "exitcode  : 2" in result.stderr  # torchrun reports the rank's usage exit code
+    # torchrun adds its own report and traceback when a worker fails; the script adds none.
+    assert f'{script}", line' not in result.stderr

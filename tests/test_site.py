@@ -12,16 +12,25 @@ from pathlib import Path
 
 import pytest
 
-from conftest import command_env
-from distdocs.launch import run_command
+from commands import command_env, run_command
 from markdown_fences import REPO
 
 CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 # An asset that the browser loads by itself: scripts, stylesheets, icons, images, frames.
-LOADED_URL = re.compile(r"""<(?:script|img|iframe|source)\b[^>]*\bsrc=["'](https?:)?//""" 
-                        r"""|<link\b[^>]*\bhref=["'](https?:)?//""", re.I)
+LOADED_URL = re.compile(
+    r"""<(?:script|img|iframe|source)\b[^>]*\bsrc=["'](https?:)?//"""
+    r"""|<link\b[^>]*\bhref=["'](https?:)?//""",
+    re.I,
+)
 
 
 @pytest.fixture(scope="session")
@@ -71,7 +80,6 @@ def served_site(site_dir):
         server.server_close()
 
 
-@pytest.mark.slow
 def test_home_page_and_search_in_chromium(served_site):
     if not os.path.exists(CHROMIUM):
         if os.environ.get("CI"):
@@ -95,7 +103,8 @@ def test_home_page_and_search_in_chromium(served_site):
             search.focus()  # opens the search; the index loads in a web worker
             # A query typed before the index is ready is not run again, so wait for it first.
             expect(page.locator(".md-search-result__meta")).to_have_text(
-                re.compile("Type to start searching"), timeout=15_000)
+                re.compile("Type to start searching"), timeout=15_000
+            )
             search.press_sequentially("data parallelism", delay=20)  # real key events, as a reader types
             hit = page.locator(".md-search-result__item a[href*='lesson/data-parallelism/']").first
             expect(hit).to_be_visible(timeout=15_000)

@@ -1,16 +1,17 @@
-"""DDP from scratch: gradient buckets and asynchronous all_reduce that overlaps with backward,
-checked against torch's DistributedDataParallel.
-
-Launch (2 processes on the CPU, gloo):
+"""DDP from scratch: gradient buckets and an asynchronous all_reduce per bucket that overlaps with
+backward, checked against torch's DistributedDataParallel.
 
     torchrun --standalone --nproc_per_node=2 examples/data_parallel/step03_ddp_from_scratch.py
 
-distdocs.ddp.BucketedDDP (about 100 lines) groups the gradients into buckets and all_reduces each
-bucket as soon as backward has filled it, while backward goes on with earlier layers. The example
-trains the same model with it and with torch's DDP, with small buckets so that there are several,
-and the self-check asserts that both end with the same weights: bitwise at world size 2, where
-both compute x/2 + y/2, and within float32's default tolerance otherwise.
+BucketedDDP is the one piece this file imports: distdocs.ddp, the code the page builds; outside this
+repository, install it with `pip install -e .` in a clone of the repository. Rank 0 prints the
+buckets and how far BucketedDDP's weights are from torch DDP's after the same training.
 """
+
+import gc
+import os
+import sys
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -18,55 +19,78 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from distdocs.ddp import BucketedDDP
-from distdocs.runtime import distributed, print0
 
 BUCKET_CAP_MB = 0.25  # small, so that this small model still gets several buckets
 STEPS = 20
 
 
+def log(*args) -> None:
+    if dist.get_rank() == 0:
+        print(*args, flush=True)
+
+
 def make_model() -> nn.Sequential:
-    torch.manual_seed(0)
+    torch.manual_seed(0)  # the same weights on every rank
     return nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 10))
 
 
-def train(model: nn.Module, rank: int, device) -> None:
+def train(model: nn.Module, device: torch.device) -> None:
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    g = torch.Generator().manual_seed(rank)  # each rank its own data
+    g = torch.Generator().manual_seed(dist.get_rank())  # each rank its own data
     for _ in range(STEPS):
         x, y = torch.randn(32, 64, generator=g).to(device), torch.randint(0, 10, (32,), generator=g).to(device)
         loss = nn.functional.cross_entropy(model(x), y)
         opt.zero_grad()
-        loss.backward()  # buckets are all_reduced during this call
+        loss.backward()  # the buckets are all_reduced during this call
         opt.step()
 
 
-def main() -> None:
-    with distributed() as rt:
-        # --8<-- [start:use]
-        ours = BucketedDDP(make_model().to(rt.device), bucket_cap_mb=BUCKET_CAP_MB)
-        theirs = DDP(make_model().to(rt.device), bucket_cap_mb=BUCKET_CAP_MB)
-        train(ours, rt.rank, rt.device)
-        train(theirs, rt.rank, rt.device)
-        # --8<-- [end:use]
+def run(device: torch.device) -> None:
+    world_size = dist.get_world_size()
+    # --8<-- [start:use]
+    ours = BucketedDDP(make_model().to(device), bucket_cap_mb=BUCKET_CAP_MB)
+    theirs = DDP(make_model().to(device), bucket_cap_mb=BUCKET_CAP_MB)
+    train(ours, device)
+    train(theirs, device)
+    # --8<-- [end:use]
 
-        sizes = [sum(p.numel() for p in b) for b in ours.buckets]
-        print0(f"world size {rt.world_size}: {len(sizes)} buckets of {sizes} parameters, last layers first")
-        pairs = list(zip(ours.module.parameters(), theirs.module.parameters()))
-        diff = max((a - b).abs().max().item() for a, b in pairs)
-        print0(f"max |from-scratch DDP - torch DDP| after {STEPS} steps = {diff:.1e}")
-        for a, b in pairs:
-            torch.testing.assert_close(a, b)  # float32 defaults
-        if rt.world_size == 2:
-            same = all(torch.equal(a, b) for a, b in pairs)
-            print0(f"bitwise equal to torch DDP: {same}")
-            assert same
-        # All replicas must hold the same weights, or data parallelism has failed.
-        checksum = torch.stack([p.detach().double().sum() for p in ours.module.parameters()]).sum()
-        everyone = [torch.zeros_like(checksum) for _ in range(rt.world_size)]
-        dist.all_gather(everyone, checksum)
-        assert all(torch.equal(c, checksum) for c in everyone)
-        print0("self-check passed")
+    sizes = [sum(p.numel() for p in b) for b in ours.buckets]
+    log(f"world size {world_size}: {len(sizes)} buckets of {sizes} parameters, last layers first")
+    pairs = list(zip(ours.module.parameters(), theirs.module.parameters()))
+    diff = max((a - b).abs().max().item() for a, b in pairs)
+    log(f"max |from-scratch DDP - torch DDP| after {STEPS} steps = {diff:.0e}")
+    for a, b in pairs:
+        torch.testing.assert_close(a, b)  # float32 defaults: more than 2 ranks sum in other orders
+    if world_size == 2:  # both compute g0/2 + g1/2, and two numbers add in one order only
+        same = all(torch.equal(a, b) for a, b in pairs)
+        log(f"bitwise equal to torch DDP: {same}")
+        assert same
+    # All replicas must hold the same weights, or data parallelism has failed.
+    checksum = torch.stack([p.detach().double().sum() for p in ours.module.parameters()]).sum()
+    everyone = [torch.zeros_like(checksum) for _ in range(world_size)]
+    dist.all_gather(everyone, checksum)
+    assert all(torch.equal(c, checksum) for c in everyone)
+    log("self-check passed")
+
+
+# --8<-- [start:setup]
+def main() -> None:
+    if "LOCAL_RANK" not in os.environ:  # started with python, not torchrun: say how, in one line
+        sys.exit(f"error: launch with torchrun: torchrun --standalone --nproc_per_node=2 {sys.argv[0]}")
+    backend = "nccl" if torch.cuda.is_available() else "gloo"
+    device = torch.device("cpu")
+    if backend == "nccl":
+        device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))  # one GPU per process on a node
+        torch.cuda.set_device(device)
+    # A rank that stops answering fails the others after 60 s, not after gloo's default 30 minutes.
+    dist.init_process_group(backend, timeout=timedelta(seconds=60))
+    try:
+        run(device)  # the work, in a function: its models are garbage once it returns
+    finally:
+        gc.collect()  # free models caught in reference cycles now: freed at exit, they can abort it
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":
     main()
+# --8<-- [end:setup]

@@ -1,20 +1,23 @@
 """GPipe by hand: two stages on two ranks, the batch cut into micro-batches.
 
-Launch (exactly 2 processes; the CPU and gloo are enough):
-
     torchrun --standalone --nproc_per_node=2 examples/pipeline_parallel/step01_gpipe_by_hand.py
 
-Each step, rank 0 runs the forward of micro-batch 1, sends it on, and starts micro-batch 2 while
-rank 1 works on micro-batch 1. When every forward is done, the backwards run in reverse order.
-Gradients add up over the micro-batches. Rank 0 prints, for several micro-batch counts m, the
-bubble fraction (p-1)/(m+p-1) of the schedule, and the self-check asserts that every m trains the same
-model as one process on the whole batch.
+Exactly 2 processes. gpipe_step is the one piece this file imports: distdocs.pipeline, the code the
+page builds; outside this repository, install it with `pip install -e .` in a clone of the
+repository. Rank 0 prints, for several micro-batch counts m, the bubble fraction (p-1)/(m+p-1) and
+whether training matched one process.
 """
 
-import torch
+import gc
+import os
+import sys
+from datetime import timedelta
 
-from distdocs.pipeline import gpipe_step, make_two_stage_model, reference_stage, stage_of, toy_batches
-from distdocs.runtime import distributed, print0
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from distdocs.pipeline import gpipe_step
 
 WIDTH = 128
 BATCH = 32
@@ -23,25 +26,87 @@ LR = 0.05
 MICROBATCH_COUNTS = (1, 2, 4, 8)
 
 
-def main() -> None:
-    with distributed(world_size=2) as rt:
-        mine_ref = reference_stage(rt.rank, rt.device, STEPS, BATCH, LR, WIDTH)  # one process, my half
+def log(*args) -> None:
+    if dist.get_rank() == 0:
+        print(*args, flush=True)
 
-        p = rt.world_size  # pipeline stages
-        print0(f"{'micro-batches m':>15} {'bubble (p-1)/(m+p-1)':>21} {'equal to one process':>21}")
-        for m in MICROBATCH_COUNTS:
-            stage = stage_of(make_two_stage_model(WIDTH), rt.rank).to(rt.device)
-            opt = torch.optim.SGD(stage.parameters(), lr=LR)
-            for x, y in toy_batches(STEPS, BATCH, rt.device):
-                opt.zero_grad()
-                gpipe_step(stage, rt.rank, x, y, m, WIDTH)
-                opt.step()
-            # float32 defaults: m micro-batch gradients are added in another order than one batch.
-            for a, b in zip(stage.parameters(), mine_ref.parameters()):
-                torch.testing.assert_close(a, b)
-            print0(f"{m:>15} {(p - 1) / (m + p - 1):>21.3f} {'True':>21}")
-        print0("self-check passed")
+
+def make_model() -> nn.Sequential:
+    """Layers 0-3 are stage 0 (rank 0), layers 4-6 stage 1 (rank 1)."""
+    torch.manual_seed(0)  # the same weights on both ranks and in the reference
+    return nn.Sequential(
+        nn.Linear(16, WIDTH),
+        nn.Tanh(),
+        nn.Linear(WIDTH, WIDTH),
+        nn.Tanh(),
+        nn.Linear(WIDTH, WIDTH),
+        nn.Tanh(),
+        nn.Linear(WIDTH, 1),
+    )
+
+
+def my_stage(model: nn.Sequential) -> nn.Sequential:
+    return model[:4] if dist.get_rank() == 0 else model[4:]
+
+
+def batches(device):
+    """The same batches on both ranks: rank 0 feeds the inputs, rank 1 uses the targets."""
+    g = torch.Generator().manual_seed(1)
+    for _ in range(STEPS):
+        x = torch.randn(BATCH, 16, generator=g)
+        yield x.to(device), torch.sin(x.sum(dim=1, keepdim=True)).to(device)
+
+
+def run(device: torch.device) -> None:
+    if dist.get_world_size() != 2:  # every rank stops; rank 0 says why, in one line
+        if dist.get_rank() == 0:
+            print(
+                f"error: this example needs exactly 2 processes, got {dist.get_world_size()}; launch it with: "
+                f"torchrun --standalone --nproc_per_node=2 {sys.argv[0]}",
+                file=sys.stderr,
+            )
+        sys.exit(2)
+    reference = make_model().to(device)  # one process, the whole model, the same batches
+    ref_opt = torch.optim.SGD(reference.parameters(), lr=LR)
+    for x, y in batches(device):
+        ref_opt.zero_grad()
+        nn.functional.mse_loss(reference(x), y).backward()
+        ref_opt.step()
+
+    p = dist.get_world_size()  # pipeline stages
+    log(f"{'micro-batches m':>15} {'bubble (p-1)/(m+p-1)':>21} {'equal to one process':>21}")
+    for m in MICROBATCH_COUNTS:
+        stage = my_stage(make_model()).to(device)
+        opt = torch.optim.SGD(stage.parameters(), lr=LR)
+        for x, y in batches(device):
+            opt.zero_grad()
+            gpipe_step(stage, dist.get_rank(), x, y, m, WIDTH)
+            opt.step()
+        # float32 defaults: m micro-batches' gradients add up in another order than one batch's.
+        for a, b in zip(stage.parameters(), my_stage(reference).parameters()):
+            torch.testing.assert_close(a, b)
+        log(f"{m:>15} {(p - 1) / (m + p - 1):>21.3f} {'True':>21}")
+    log("self-check passed")
+
+
+# --8<-- [start:setup]
+def main() -> None:
+    if "LOCAL_RANK" not in os.environ:  # started with python, not torchrun: say how, in one line
+        sys.exit(f"error: launch with torchrun: torchrun --standalone --nproc_per_node=2 {sys.argv[0]}")
+    backend = "nccl" if torch.cuda.is_available() else "gloo"
+    device = torch.device("cpu")
+    if backend == "nccl":
+        device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))  # one GPU per process on a node
+        torch.cuda.set_device(device)
+    # A rank that stops answering fails the others after 60 s, not after gloo's default 30 minutes.
+    dist.init_process_group(backend, timeout=timedelta(seconds=60))
+    try:
+        run(device)  # the work, in a function: its models are garbage once it returns
+    finally:
+        gc.collect()  # free models caught in reference cycles now: freed at exit, they can abort it
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":
     main()
+# --8<-- [end:setup]

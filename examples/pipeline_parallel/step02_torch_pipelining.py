@@ -1,21 +1,19 @@
-"""The same two-stage pipeline with torch.distributed.pipelining, under GPipe and 1F1B schedules.
-
-Launch (exactly 2 processes; the CPU and gloo are enough):
+"""The same two-stage pipeline with torch.distributed.pipelining, under the GPipe and 1F1B schedules.
 
     torchrun --standalone --nproc_per_node=2 examples/pipeline_parallel/step02_torch_pipelining.py
 
-PipelineStage wraps each rank's half of the model; a schedule runs the micro-batches through it.
-ScheduleGPipe runs all forwards, then all backwards. Schedule1F1B starts backwards as soon as the
-last stage can, alternating one forward with one backward, so each stage keeps at most p micro-batches'
-activations instead of m. The self-check asserts that both train the same model as one process.
+Exactly 2 processes. Rank 0 prints, for each schedule, whether training matched one process.
 """
 
+import gc
+import os
+import sys
+from datetime import timedelta
+
 import torch
+import torch.distributed as dist
 from torch import nn
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
-
-from distdocs.pipeline import make_two_stage_model, reference_stage, stage_of, toy_batches
-from distdocs.runtime import distributed, print0
 
 WIDTH = 128
 BATCH = 32
@@ -24,31 +22,94 @@ LR = 0.05
 MICROBATCHES = 4
 
 
-def main() -> None:
-    with distributed(world_size=2) as rt:
-        mine_ref = reference_stage(rt.rank, rt.device, STEPS, BATCH, LR, WIDTH)  # one process, my half
+def log(*args) -> None:
+    if dist.get_rank() == 0:
+        print(*args, flush=True)
 
-        for schedule_class in (ScheduleGPipe, Schedule1F1B):
-            part = stage_of(make_two_stage_model(WIDTH), rt.rank).to(rt.device)
-            opt = torch.optim.SGD(part.parameters(), lr=LR)
-            # --8<-- [start:schedule]
-            stage = PipelineStage(part, stage_index=rt.rank, num_stages=rt.world_size, device=rt.device)
-            schedule = schedule_class(stage, n_microbatches=MICROBATCHES, loss_fn=nn.functional.mse_loss)
-            for x, y in toy_batches(STEPS, BATCH, rt.device):
-                opt.zero_grad()
-                if rt.rank == 0:
-                    schedule.step(x)  # the first stage feeds the inputs
-                else:
-                    losses = []
-                    schedule.step(target=y, losses=losses)  # the last stage computes the loss
-                opt.step()
-            # --8<-- [end:schedule]
-            # float32 defaults: micro-batch gradients are added in another order than one batch.
-            for a, b in zip(part.parameters(), mine_ref.parameters()):
-                torch.testing.assert_close(a, b)
-            print0(f"{schedule_class.__name__}, {MICROBATCHES} micro-batches: equal to one process")
-        print0("self-check passed")
+
+def make_model() -> nn.Sequential:
+    """Layers 0-3 are stage 0 (rank 0), layers 4-6 stage 1 (rank 1)."""
+    torch.manual_seed(0)  # the same weights on both ranks and in the reference
+    return nn.Sequential(
+        nn.Linear(16, WIDTH),
+        nn.Tanh(),
+        nn.Linear(WIDTH, WIDTH),
+        nn.Tanh(),
+        nn.Linear(WIDTH, WIDTH),
+        nn.Tanh(),
+        nn.Linear(WIDTH, 1),
+    )
+
+
+def my_stage(model: nn.Sequential) -> nn.Sequential:
+    return model[:4] if dist.get_rank() == 0 else model[4:]
+
+
+def batches(device):
+    """The same batches on both ranks: rank 0 feeds the inputs, rank 1 uses the targets."""
+    g = torch.Generator().manual_seed(1)
+    for _ in range(STEPS):
+        x = torch.randn(BATCH, 16, generator=g)
+        yield x.to(device), torch.sin(x.sum(dim=1, keepdim=True)).to(device)
+
+
+def run(device: torch.device) -> None:
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    if world_size != 2:  # every rank stops; rank 0 says why, in one line
+        if rank == 0:
+            print(
+                f"error: this example needs exactly 2 processes, got {world_size}; launch it with: "
+                f"torchrun --standalone --nproc_per_node=2 {sys.argv[0]}",
+                file=sys.stderr,
+            )
+        sys.exit(2)
+    reference = make_model().to(device)  # one process, the whole model, the same batches
+    ref_opt = torch.optim.SGD(reference.parameters(), lr=LR)
+    for x, y in batches(device):
+        ref_opt.zero_grad()
+        nn.functional.mse_loss(reference(x), y).backward()
+        ref_opt.step()
+
+    for schedule_class in (ScheduleGPipe, Schedule1F1B):
+        part = my_stage(make_model()).to(device)
+        opt = torch.optim.SGD(part.parameters(), lr=LR)
+        # --8<-- [start:schedule]
+        stage = PipelineStage(part, stage_index=rank, num_stages=world_size, device=device)
+        schedule = schedule_class(stage, n_microbatches=MICROBATCHES, loss_fn=nn.functional.mse_loss)
+        for x, y in batches(device):
+            opt.zero_grad()
+            if rank == 0:
+                schedule.step(x)  # the first stage feeds the inputs
+            else:
+                losses = []
+                schedule.step(target=y, losses=losses)  # the last stage computes the loss
+            opt.step()
+        # --8<-- [end:schedule]
+        # float32 defaults: micro-batch gradients add up in another order than one batch's.
+        for a, b in zip(part.parameters(), my_stage(reference).parameters()):
+            torch.testing.assert_close(a, b)
+        log(f"{schedule_class.__name__}, {MICROBATCHES} micro-batches: equal to one process")
+    log("self-check passed")
+
+
+# --8<-- [start:setup]
+def main() -> None:
+    if "LOCAL_RANK" not in os.environ:  # started with python, not torchrun: say how, in one line
+        sys.exit(f"error: launch with torchrun: torchrun --standalone --nproc_per_node=2 {sys.argv[0]}")
+    backend = "nccl" if torch.cuda.is_available() else "gloo"
+    device = torch.device("cpu")
+    if backend == "nccl":
+        device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))  # one GPU per process on a node
+        torch.cuda.set_device(device)
+    # A rank that stops answering fails the others after 60 s, not after gloo's default 30 minutes.
+    dist.init_process_group(backend, timeout=timedelta(seconds=60))
+    try:
+        run(device)  # the work, in a function: its models are garbage once it returns
+    finally:
+        gc.collect()  # free models caught in reference cycles now: freed at exit, they can abort it
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":
     main()
+# --8<-- [end:setup]

@@ -1,15 +1,17 @@
 """Sharded data parallelism with FSDP2's fully_shard: each rank keeps 1/n of the parameters,
 gradients and optimizer state, and gathers a layer's weights only while it computes with them.
 
-Launch (2 processes on the CPU, gloo; try 4 and watch the shares halve):
-
     torchrun --standalone --nproc_per_node=2 examples/sharded/step01_fsdp.py
 
-Every rank trains on its own shard of each batch, as in data parallelism. Rank 0 prints the bytes of
-parameters, gradients and Adam state that each rank holds, counted from the local shards, next to
-what torch DDP, trained in the same run on the same shards, keeps on every rank. The self-check
-asserts that each rank holds exactly 1/n of what DDP holds, and that the trained models are equal.
+Rank 0 prints the bytes of parameters, gradients and Adam state each rank holds, next to torch DDP
+trained in the same run on the same shards, and how far the two trained models are apart.
+Try --nproc_per_node=4 and watch the shares halve.
 """
+
+import gc
+import os
+import sys
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -18,8 +20,6 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from distdocs.runtime import distributed, print0
-
 WIDTH = 256  # divisible by 2 and 4, so the shards are exact
 STEPS = 20
 GLOBAL_BATCH = 64
@@ -27,8 +27,15 @@ GLOBAL_BATCH = 64
 
 def make_model() -> nn.Sequential:
     torch.manual_seed(0)  # the same initial weights on every rank and in the reference
-    return nn.Sequential(nn.Linear(32, WIDTH), nn.ReLU(), nn.Linear(WIDTH, WIDTH), nn.ReLU(),
-                         nn.Linear(WIDTH, WIDTH), nn.ReLU(), nn.Linear(WIDTH, 8))
+    return nn.Sequential(
+        nn.Linear(32, WIDTH),
+        nn.ReLU(),
+        nn.Linear(WIDTH, WIDTH),
+        nn.ReLU(),
+        nn.Linear(WIDTH, WIDTH),
+        nn.ReLU(),
+        nn.Linear(WIDTH, 8),
+    )
 
 
 def batches(device):
@@ -53,51 +60,78 @@ def train(model, opt, device, rank, world_size):
         opt.step()
 
 
+def log(*args) -> None:
+    if dist.get_rank() == 0:
+        print(*args, flush=True)
+
+
+def run(device: torch.device) -> None:
+    n = dist.get_world_size()
+    # --8<-- [start:shard]
+    mesh = init_device_mesh(device.type, (n,))
+    model = make_model().to(device)
+    for layer in model:
+        if isinstance(layer, nn.Linear):
+            fully_shard(layer, mesh=mesh)  # each Linear gathers its weights only when it runs
+    fully_shard(model, mesh=mesh)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)  # its state is sharded like the weights
+    train(model, opt, device, dist.get_rank(), n)
+    # --8<-- [end:shard]
+
+    # --8<-- [start:self_check]
+    ddp = DDP(make_model().to(device))  # the same training, every rank holding everything
+    ddp_opt = torch.optim.Adam(ddp.parameters(), lr=1e-3)
+    train(ddp, ddp_opt, device, dist.get_rank(), n)
+
+    states = lambda o: [t for s in o.state.values() for t in s.values() if t.dim() > 0]  # noqa: E731
+    held = lambda m, o: [
+        local_bytes(m.parameters()),
+        local_bytes(p.grad for p in m.parameters()),  # noqa: E731
+        local_bytes(states(o)),
+    ]
+    every = [None] * n
+    dist.all_gather_object(every, (held(ddp, ddp_opt), held(model, opt)))
+    log(f"{'bytes':>14} {'parameters':>11} {'gradients':>10} {'Adam state':>11}")
+    for r, (ddp_bytes, fsdp_bytes) in enumerate(every):
+        log(f"{f'DDP, rank {r}':>14} " + " ".join(f"{b:>{w}}" for b, w in zip(ddp_bytes, (11, 10, 11))))
+        log(f"{f'FSDP, rank {r}':>14} " + " ".join(f"{b:>{w}}" for b, w in zip(fsdp_bytes, (11, 10, 11))))
+    assert all(f * n == d for ddp_bytes, fsdp_bytes in every for f, d in zip(fsdp_bytes, ddp_bytes)), (
+        "each FSDP rank should hold exactly 1/n of what a DDP rank holds"
+    )
+    log(f"each FSDP rank holds 1/{n} of what each DDP rank holds: True")
+
+    diff = 0.0
+    for p, q in zip(model.parameters(), ddp.module.parameters()):
+        whole = p.full_tensor()  # all_gather the shards to compare with DDP's full copy
+        diff = max(diff, (whole - q).abs().max().item())
+        # float32 defaults (rtol 1.3e-6, atol 1e-5): FSDP reduce-scatters and DDP all_reduces
+        # the same shard gradients, in different orders and chunks.
+        torch.testing.assert_close(whole, q)
+    log(f"max |FSDP - DDP| = {diff:.0e}")
+    # Two numbers add in only one order, so at 2 ranks the reduce_scatter and the all_reduce agree.
+    assert n != 2 or diff == 0.0, "at world size 2 FSDP and DDP should be bitwise equal"
+    log("self-check passed")
+    # --8<-- [end:self_check]
+
+
+# --8<-- [start:setup]
 def main() -> None:
-    with distributed() as rt:
-        n = rt.world_size
-        # --8<-- [start:shard]
-        mesh = init_device_mesh(rt.device.type, (n,))
-        model = make_model().to(rt.device)
-        for layer in model:
-            if isinstance(layer, nn.Linear):
-                fully_shard(layer, mesh=mesh)  # each Linear gathers its weights only when it runs
-        fully_shard(model, mesh=mesh)
-        opt = torch.optim.Adam(model.parameters(), lr=1e-3)  # its state is sharded like the weights
-        train(model, opt, rt.device, rt.rank, n)
-        # --8<-- [end:shard]
-
-        # --8<-- [start:self_check]
-        ddp = DDP(make_model().to(rt.device))  # the same training, every rank holding everything
-        ddp_opt = torch.optim.Adam(ddp.parameters(), lr=1e-3)
-        train(ddp, ddp_opt, rt.device, rt.rank, n)
-
-        states = lambda o: [t for s in o.state.values() for t in s.values() if t.dim() > 0]  # noqa: E731
-        held = lambda m, o: [local_bytes(m.parameters()), local_bytes(p.grad for p in m.parameters()),  # noqa: E731
-                             local_bytes(states(o))]
-        every = [None] * n
-        dist.all_gather_object(every, (held(ddp, ddp_opt), held(model, opt)))
-        print0(f"{'bytes':>14} {'parameters':>11} {'gradients':>10} {'Adam state':>11}")
-        for r, (ddp_bytes, fsdp_bytes) in enumerate(every):
-            print0(f"{f'DDP, rank {r}':>14} " + " ".join(f"{b:>{w}}" for b, w in zip(ddp_bytes, (11, 10, 11))))
-            print0(f"{f'FSDP, rank {r}':>14} " + " ".join(f"{b:>{w}}" for b, w in zip(fsdp_bytes, (11, 10, 11))))
-        assert all(f * n == d for ddp_bytes, fsdp_bytes in every for f, d in zip(fsdp_bytes, ddp_bytes)), (
-            "each FSDP rank should hold exactly 1/n of what a DDP rank holds")
-        print0(f"each FSDP rank holds 1/{n} of what each DDP rank holds: True")
-
-        diff = 0.0
-        for p, q in zip(model.parameters(), ddp.module.parameters()):
-            whole = p.full_tensor()  # all_gather the shards to compare with DDP's full copy
-            diff = max(diff, (whole - q).abs().max().item())
-            # float32 defaults (rtol 1.3e-6, atol 1e-5): FSDP reduce-scatters and DDP all_reduces
-            # the same shard gradients, in different orders and chunks.
-            torch.testing.assert_close(whole, q)
-        print0(f"max |FSDP - DDP| = {diff:.1e}")
-        # Two numbers add in only one order, so at 2 ranks the reduce_scatter and the all_reduce agree.
-        assert n != 2 or diff == 0.0, "at world size 2 FSDP and DDP should be bitwise equal"
-        print0("self-check passed")
-        # --8<-- [end:self_check]
+    if "LOCAL_RANK" not in os.environ:  # started with python, not torchrun: say how, in one line
+        sys.exit(f"error: launch with torchrun: torchrun --standalone --nproc_per_node=2 {sys.argv[0]}")
+    backend = "nccl" if torch.cuda.is_available() else "gloo"
+    device = torch.device("cpu")
+    if backend == "nccl":
+        device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))  # one GPU per process on a node
+        torch.cuda.set_device(device)
+    # A rank that stops answering fails the others after 60 s, not after gloo's default 30 minutes.
+    dist.init_process_group(backend, timeout=timedelta(seconds=60))
+    try:
+        run(device)  # the work, in a function: its models are garbage once it returns
+    finally:
+        gc.collect()  # free models caught in reference cycles now: freed at exit, they can abort it
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":
     main()
+# --8<-- [end:setup]

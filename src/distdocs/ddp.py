@@ -47,8 +47,9 @@ class BucketedDDP(nn.Module):
                 size = 0
             self.buckets[-1].append(p)
             size += p.numel() * p.element_size()
-        self.buffers_ = [torch.zeros(sum(p.numel() for p in b), dtype=b[0].dtype, device=b[0].device)
-                         for b in self.buckets]
+        self.buffers_ = [
+            torch.zeros(sum(p.numel() for p in b), dtype=b[0].dtype, device=b[0].device) for b in self.buckets
+        ]
         self.views: dict[nn.Parameter, tuple[int, torch.Tensor]] = {}
         for i, (bucket, flat) in enumerate(zip(self.buckets, self.buffers_)):
             offset = 0
@@ -85,11 +86,14 @@ class BucketedDDP(nn.Module):
     def _finish(self) -> None:
         if len(self.works) < len(self.buckets):
             missing = [i for i, n in enumerate(self.pending) if n]
-            raise RuntimeError(f"buckets {missing} never completed: some parameters got no gradient "
-                               "in this backward; every parameter must be used")
+            raise RuntimeError(
+                f"buckets {missing} never completed: some parameters got no gradient "
+                "in this backward; every parameter must be used"
+            )
         for work in self.works:
             work.wait()
         for p, (_, view) in self.views.items():
             p.grad = view  # the averaged gradient, without another copy
         self._reset()
+
     # --8<-- [end:hooks]

@@ -1,5 +1,5 @@
-"""The pipeline lesson's shared pieces: a two-stage toy model with its data and single-process
-reference, and a GPipe step by hand, used by the examples and by `distdocs bench pipeline`."""
+"""A GPipe training step by hand, for two stages on two ranks: the piece the pipeline lesson builds,
+used by its example and by `distdocs bench pipeline`."""
 
 from __future__ import annotations
 
@@ -10,43 +10,13 @@ import torch.distributed as dist
 from torch import nn
 
 
-def make_two_stage_model(width: int = 128) -> nn.Sequential:
-    """Layers 0-3 are stage 0 (rank 0), layers 4-6 stage 1 (rank 1); the same weights everywhere."""
-    torch.manual_seed(0)
-    return nn.Sequential(nn.Linear(16, width), nn.Tanh(), nn.Linear(width, width), nn.Tanh(),
-                         nn.Linear(width, width), nn.Tanh(), nn.Linear(width, 1))
-
-
-def stage_of(model: nn.Sequential, rank: int) -> nn.Sequential:
-    return model[:4] if rank == 0 else model[4:]
-
-
-def toy_batches(steps: int, batch: int, device):
-    """The same regression batches on every rank: rank 0 uses x, rank 1 the targets."""
-    g = torch.Generator().manual_seed(1)
-    for _ in range(steps):
-        x = torch.randn(batch, 16, generator=g)
-        yield x.to(device), torch.sin(x.sum(dim=1, keepdim=True)).to(device)
-
-
-def reference_stage(rank: int, device, steps: int, batch: int, lr: float, width: int = 128) -> nn.Module:
-    """Train the whole model in one process with SGD on the same batches; return `rank`'s half."""
-    model = make_two_stage_model(width).to(device)
-    opt = torch.optim.SGD(model.parameters(), lr=lr)
-    for x, y in toy_batches(steps, batch, device):
-        opt.zero_grad()
-        nn.functional.mse_loss(model(x), y).backward()
-        opt.step()
-    return stage_of(model, rank)
-
-
 class BusyTimer:
     """Adds up the seconds spent computing (not waiting in send/recv)."""
 
     def __init__(self) -> None:
         self.busy_s = 0.0
 
-    def __enter__(self) -> "BusyTimer":
+    def __enter__(self) -> BusyTimer:
         self._start = time.perf_counter()
         return self
 
@@ -86,4 +56,6 @@ def gpipe_step(stage: nn.Module, rank: int, x, y, m: int, width: int, timer: Bus
             with busy:
                 loss.backward()
             dist.send(h.grad, dst=0)
+
+
 # --8<-- [end:gpipe_step]

@@ -3,9 +3,14 @@ does: the harness must count this as a failure."""
 
 import atexit
 import os
+from datetime import timedelta
 
-from distdocs.runtime import distributed, print0
+import torch.distributed as dist
 
-with distributed():
-    print0("self-check passed")
+dist.init_process_group("gloo", timeout=timedelta(seconds=60))
+try:
+    if dist.get_rank() == 0:
+        print("self-check passed", flush=True)
+finally:
+    dist.destroy_process_group()
 atexit.register(os.abort)

@@ -1,0 +1,192 @@
+"""The doc tests' command runner: run a shell command (a `torchrun ...` line, say) in its own process
+session, with a hard timeout, and kill whatever it left running."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from markdown_fences import REPO
+
+COMMAND_TIMEOUT_S = 180
+EXIT_CRASH_MARKERS = ("terminate called", "SIGABRT", "Signal 6", "core dumped")
+EXAMPLE_PATH = re.compile(r"\bexamples/[\w/]+\.py\b")
+# The distdocs pieces an example may import, because its page builds them: the ring, BucketedDDP
+# and gpipe_step. Each of these modules imports nothing else from distdocs.
+ALLOWED_IN_EXAMPLES = ("collectives", "ddp", "pipeline")
+
+KILL_GRACE_S = 3.0
+# Helpers that end on their own once their parent has gone (multiprocessing's resource tracker, say)
+# get this long before they count as left behind.
+LINGER_S = 2.0
+
+
+@dataclass
+class CommandResult:
+    command: str
+    returncode: int
+    stdout: str
+    stderr: str
+    elapsed_s: float
+    pid: int  # also the session id of everything the command started
+    timed_out: bool = False
+    leftovers: list[str] = field(default_factory=list)  # processes still alive after it ended
+
+    def describe(self, tail: int = 3000) -> str:
+        """A failure report: what ran, how it ended, and the end of each stream."""
+        status = "timed out" if self.timed_out else f"exit code {self.returncode}"
+        parts = [f"$ {self.command}\n{status} after {self.elapsed_s:.1f} s"]
+        if self.leftovers:
+            parts.append("left running (killed): " + "; ".join(self.leftovers))
+        parts.append("--- stdout (end) ---\n" + self.stdout[-tail:])
+        parts.append("--- stderr (end) ---\n" + self.stderr[-tail:])
+        return "\n".join(parts)
+
+
+def _session_members(sid: int) -> list[tuple[int, str]]:
+    """The live processes in session `sid` (Linux /proc), as (pid, command line)."""
+    members = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            # Fields after the parenthesised command name: state ppid pgrp session ...
+            fields = stat.rsplit(")", 1)[1].split()
+            if fields[0] != "Z" and int(fields[3]) == sid:
+                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+                members.append((int(entry.name), cmdline))
+        except (OSError, IndexError, ValueError):
+            continue
+    return members
+
+
+def _kill_session(sid: int) -> list[str]:
+    """SIGTERM, then SIGKILL, every process of session `sid`; return what was found alive."""
+    found = _session_members(sid)
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid, _ in _session_members(sid):
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + KILL_GRACE_S
+        while _session_members(sid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    return [f"{pid} {cmd}" for pid, cmd in found]
+
+
+def run_command(
+    command: str, *, timeout_s: float, cwd: str | Path | None = None, env: dict | None = None
+) -> CommandResult:
+    """Run `command` with bash in a new session; kill the whole session on timeout or when done.
+
+    Output goes to temporary files rather than pipes, so that a background process that inherited
+    them cannot keep us waiting after the command itself has exited."""
+    start = time.monotonic()
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(
+            ["bash", "-c", command],
+            cwd=cwd,
+            env=env,
+            stdout=out,
+            stderr=err,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            start_new_session=True,
+        )
+        timed_out = False
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            _kill_session(proc.pid)
+            proc.wait()
+        deadline = time.monotonic() + LINGER_S
+        while _session_members(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        leftovers = _kill_session(proc.pid)
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read(), err.read()
+    return CommandResult(
+        command, proc.returncode, stdout, stderr, time.monotonic() - start, proc.pid, timed_out, leftovers
+    )
+
+
+def command_env(gpu: bool) -> dict[str, str]:
+    """The reader's environment, with this venv's torchrun, python and distdocs first on PATH. CPU
+    commands run with the GPUs hidden, so that they test the gloo path on a GPU machine too."""
+    env = dict(os.environ)
+    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
+    env["PYTHONUNBUFFERED"] = "1"
+    if not gpu:
+        env["CUDA_VISIBLE_DEVICES"] = ""
+    return env
+
+
+def lay_out_as_copied(command: str, folder: Path) -> dict[str, str]:
+    """Copy each example that `command` names into `folder`, at the same relative path, next to a
+    `distdocs` that holds only the modules examples may import; return the environment variables
+    that put that `distdocs` first on the import path. Run from `folder`, the command then works
+    only if its examples run with torch alone, as a reader's copies must."""
+    for relative in set(EXAMPLE_PATH.findall(command)):
+        (folder / relative).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(REPO / relative, folder / relative)
+    package = folder / "allowed" / "distdocs"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text('"""Only the modules that examples may import."""\n')
+    for name in ALLOWED_IN_EXAMPLES:
+        shutil.copy(REPO / "src" / "distdocs" / f"{name}.py", package / f"{name}.py")
+    return {"PYTHONPATH": str(folder / "allowed")}
+
+
+class CommandRuns:
+    """Runs each distinct command once per session, with a hard timeout. An example's docstring
+    command and the same command on a page share one run.
+
+    A command that names files under examples/ runs in a temporary folder that holds copies of those
+    files and nothing else of this repository, with `distdocs` reduced to ALLOWED_IN_EXAMPLES. Every
+    other command runs from the repository root."""
+
+    def __init__(self) -> None:
+        self._results: dict[tuple[str, bool], CommandResult] = {}
+
+    def run(self, command: str, gpu: bool = False) -> CommandResult:
+        key = (command, gpu)
+        if key not in self._results:
+            env = command_env(gpu)
+            with tempfile.TemporaryDirectory(prefix="distdocs-copy-") as folder:
+                cwd: Path = REPO
+                if EXAMPLE_PATH.search(command):
+                    cwd = Path(folder)
+                    env |= lay_out_as_copied(command, cwd)
+                self._results[key] = run_command(command, timeout_s=COMMAND_TIMEOUT_S, cwd=cwd, env=env)
+        return self._results[key]
+
+    def run_ok(self, command: str, gpu: bool = False) -> CommandResult:
+        """Run, and fail the test unless it exited 0, in time, cleanly, leaving nothing behind."""
+        result = self.run(command, gpu)
+        problems = []
+        if result.timed_out:
+            problems.append(f"timed out after {COMMAND_TIMEOUT_S} s")
+        elif result.returncode != 0:
+            problems.append(f"exit code {result.returncode}")
+        if result.leftovers:
+            problems.append("left processes running")
+        crash = [m for m in EXIT_CRASH_MARKERS if m in result.stderr]
+        if crash:
+            problems.append(f"a process aborted ({crash[0]!r} in stderr)")
+        if problems:
+            pytest.fail("; ".join(problems) + "\n" + result.describe(), pytrace=False)
+        return result
