@@ -114,11 +114,21 @@ def parse_fences(path: Path) -> list[Fence]:
         j = i + 1
         while j < len(lines) and not close.match(lines[j]):
             j += 1
-        body = "\n".join(line[len(indent):] if line.startswith(indent) else line.lstrip()
-                         for line in lines[i + 1 : j])
+        body = "\n".join(line[len(indent) :] if line.startswith(indent) else line.lstrip() for line in lines[i + 1 : j])
         lang, options, attrs = parse_info(info)
-        fences.append(Fence(path, i + 1, info, body + "\n", lang, options, attrs,
-                            _reason(lines, i), _tab_title(lines, i, len(indent))))
+        fences.append(
+            Fence(
+                path,
+                i + 1,
+                info,
+                body + "\n",
+                lang,
+                options,
+                attrs,
+                _reason(lines, i),
+                _tab_title(lines, i, len(indent)),
+            )
+        )
         i = j + 1
     return fences
 
@@ -128,15 +138,19 @@ def markdown_docs_lines(path: Path) -> set[int]:
     from markdown_it import MarkdownIt
     from pytest_markdown_docs.plugin import FenceSyntax, extract_fence_tests
 
-    tests = extract_fence_tests(MarkdownIt("commonmark"), path.read_text(), 0, path,
-                                fence_syntax=FenceSyntax.superfences)
+    tests = extract_fence_tests(
+        MarkdownIt("commonmark"), path.read_text(), 0, path, fence_syntax=FenceSyntax.superfences
+    )
     return {t.start_line for t in tests}
 
 
 def is_command(fence: Fence) -> bool:
     lines = [ln.strip() for ln in fence.body.splitlines() if ln.strip() and not ln.strip().startswith("#")]
-    return fence.lang in SHELL_LANGS and bool(lines) and all(
-        ln.startswith(COMMAND_PREFIXES) or ln == "wait" for ln in lines)
+    return (
+        fence.lang in SHELL_LANGS
+        and bool(lines)
+        and all(ln.startswith(COMMAND_PREFIXES) or ln == "wait" for ln in lines)
+    )
 
 
 def classify(path: Path) -> list[Fence]:

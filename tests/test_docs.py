@@ -8,8 +8,7 @@ import re
 import pytest
 import torch
 
-from markdown_fences import (DOCS, EXAMPLES, REPO, all_examples, all_fences, classify, example_command,
-                             resolve_include)
+from markdown_fences import DOCS, EXAMPLES, REPO, all_examples, all_fences, classify, example_command, resolve_include
 from shown_output import output_mismatch
 
 FENCES = all_fences()
@@ -69,8 +68,11 @@ def test_inline_commands_in_prose_are_run_somewhere():
         text = page.read_text()
         for fence in (f for f in FENCES if f.path == page):
             text = text.replace(fence.body, "")
-        stray += [f"{page.relative_to(REPO)}: {c}" for c in INLINE_COMMAND.findall(text)
-                  if not any(r.startswith(c) for r in run)]
+        stray += [
+            f"{page.relative_to(REPO)}: {c}"
+            for c in INLINE_COMMAND.findall(text)
+            if not any(r.startswith(c) for r in run)
+        ]
     assert not stray, f"commands shown in prose that no test runs: {stray}"
 
 
