@@ -1,0 +1,142 @@
+"""Gradient accumulation with DDP: k micro-batches per optimizer step, gradients synced once a step.
+
+    torchrun --standalone --nproc_per_node=2 examples/accumulation/step01_no_sync.py --accumulation-steps 4
+
+Rank 0 prints how the global batch splits, the all_reduce calls and bytes each rank made when every
+micro-batch syncs and when only the last one does (`no_sync()`), and how far the accumulated gradient
+is from the gradient of the whole global batch in one process.
+"""
+
+import argparse
+import contextlib
+import gc
+import os
+import sys
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+STEPS = 5
+LR = 0.05
+
+
+def log(*args) -> None:
+    if dist.get_rank() == 0:
+        print(*args, flush=True)
+
+
+def usage_error(message: str) -> None:
+    """Every rank stops with exit code 2; rank 0 says why, in one line."""
+    if dist.get_rank() == 0:
+        print(f"error: {message}", file=sys.stderr, flush=True)
+    sys.exit(2)
+
+
+def make_model() -> nn.Module:
+    torch.manual_seed(0)  # the same weights on every rank and in the reference
+    return nn.Sequential(nn.Linear(16, 64), nn.Tanh(), nn.Linear(64, 1))
+
+
+def global_batches(global_batch: int, device):
+    """The same global batches on every rank."""
+    g = torch.Generator().manual_seed(1)
+    for _ in range(STEPS):
+        x = torch.randn(global_batch, 16, generator=g)
+        yield x.to(device), torch.sin(x.sum(dim=1, keepdim=True)).to(device)
+
+
+# --8<-- [start:hook]
+def count_then_allreduce(counts: dict, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """A DDP communication hook: count the call and its bytes, then do what DDP does by default
+    (divide by the world size, all_reduce)."""
+    counts["calls"] += 1
+    counts["bytes"] += bucket.buffer().numel() * bucket.buffer().element_size()
+    return allreduce_hook(None, bucket)
+
+
+# --8<-- [end:hook]
+
+
+def train(device, global_batch: int, k: int, accumulate: bool, reference: nn.Module | None = None) -> dict:
+    """STEPS optimizer steps of k micro-batches each; return the hook's counts. With a reference,
+    check every step's gradient against the reference's, trained on the whole global batch."""
+    rank, n = dist.get_rank(), dist.get_world_size()
+    model = DDP(make_model().to(device))
+    counts = {"calls": 0, "bytes": 0, "max_diff": 0.0}
+    model.register_comm_hook(counts, count_then_allreduce)
+    opt = torch.optim.SGD(model.parameters(), lr=LR)
+    ref_opt = torch.optim.SGD(reference.parameters(), lr=LR) if reference else None
+    for x, y in global_batches(global_batch, device):
+        # --8<-- [start:accumulate]
+        mine = zip(x.chunk(n)[rank].chunk(k), y.chunk(n)[rank].chunk(k))  # my k micro-batches
+        opt.zero_grad()
+        for i, (xm, ym) in enumerate(mine):
+            last = i == k - 1
+            with model.no_sync() if accumulate and not last else contextlib.nullcontext():
+                loss = nn.functional.mse_loss(model(xm), ym) / k  # the mean over my k micro-batches
+                loss.backward()  # adds into .grad; all_reduces only when it syncs
+        opt.step()
+        # --8<-- [end:accumulate]
+        if reference is not None:
+            ref_opt.zero_grad()
+            nn.functional.mse_loss(reference(x), y).backward()  # one process, the whole global batch
+            for p, q in zip(model.parameters(), reference.parameters()):
+                counts["max_diff"] = max(counts["max_diff"], (p.grad - q.grad).abs().max().item())
+                # float32 defaults (rtol 1.3e-6, atol 1e-5): the same terms, summed in another order.
+                torch.testing.assert_close(p.grad, q.grad)
+            ref_opt.step()
+    return counts
+
+
+def run(device: torch.device) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--global-batch", type=int, default=64, help="samples per optimizer step, all ranks")
+    parser.add_argument("--accumulation-steps", type=int, default=4, help="micro-batches per optimizer step")
+    args = parser.parse_args()
+    n, k = dist.get_world_size(), args.accumulation_steps
+    if k < 1:
+        usage_error(f"--accumulation-steps must be at least 1, got {k}")
+    if args.global_batch < 1 or args.global_batch % (k * n):
+        usage_error(f"--global-batch {args.global_batch} must divide into {k} micro-batches on each of {n} ranks")
+    micro = args.global_batch // (k * n)
+
+    synced = train(device, args.global_batch, k, accumulate=False)
+    accumulated = train(device, args.global_batch, k, accumulate=True, reference=make_model().to(device))
+
+    log(f"global batch {args.global_batch} = micro-batch {micro} x accumulation steps {k} x ranks {n}")
+    log(
+        f"all_reduce calls per rank in {STEPS} steps: {synced['calls']} syncing every micro-batch, "
+        f"{accumulated['calls']} with no_sync"
+    )
+    log(f"bytes all_reduced per rank: {synced['bytes']} vs {accumulated['bytes']}")
+    log(f"max |accumulated gradient - one process, whole global batch| = {accumulated['max_diff']:.0e}")
+    # The hook counted the calls: syncing only the last micro-batch makes k times fewer, as large.
+    assert synced["calls"] == k * accumulated["calls"] and synced["bytes"] == k * accumulated["bytes"]
+    log("self-check passed")
+
+
+# --8<-- [start:setup]
+def main() -> None:
+    if "LOCAL_RANK" not in os.environ:  # started with python, not torchrun: say how, in one line
+        sys.exit(f"error: launch with torchrun: torchrun --standalone --nproc_per_node=2 {sys.argv[0]}")
+    backend = "nccl" if torch.cuda.is_available() else "gloo"
+    device = torch.device("cpu")
+    if backend == "nccl":
+        device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))  # one GPU per process on a node
+        torch.cuda.set_device(device)
+    # A rank that stops answering fails the others after 60 s, not after gloo's default 30 minutes.
+    dist.init_process_group(backend, timeout=timedelta(seconds=60))
+    try:
+        run(device)  # the work, in a function: its models are garbage once it returns
+    finally:
+        gc.collect()  # free models caught in reference cycles now: freed at exit, they can abort it
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
+# --8<-- [end:setup]

@@ -1,0 +1,28 @@
+"""examples/accumulation/step01_no_sync.py refuses settings that break
+global batch = micro-batch x accumulation steps x ranks, in one line from rank 0, with exit code 2."""
+
+from __future__ import annotations
+
+import pytest
+
+from commands import CommandRuns
+
+SCRIPT = "examples/accumulation/step01_no_sync.py"
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        ("--accumulation-steps 0", "error: --accumulation-steps must be at least 1, got 0"),
+        (
+            "--global-batch 60 --accumulation-steps 4",
+            "error: --global-batch 60 must divide into 4 micro-batches on each of 2 ranks",
+        ),
+    ],
+)
+def test_impossible_settings_get_one_line_and_exit_2(flags, message):
+    result = CommandRuns().run(f"torchrun --standalone --nproc_per_node=2 {SCRIPT} {flags}")
+    assert result.returncode != 0 and not result.timed_out and not result.leftovers, result.describe()
+    assert result.stderr.count(message) == 1, result.describe()  # said once, by rank 0
+    assert "exitcode  : 2" in result.stderr
+    assert f'{SCRIPT.split("/")[-1]}", line' not in result.stderr  # no traceback from the script
