@@ -9,7 +9,7 @@ import json
 import pytest
 
 from distdocs import cli
-from distdocs.bench import allreduce, buckets, ddp, pipeline
+from distdocs.bench import allreduce, buckets, ddp, pipeline, precision
 from distdocs.bench.harness import UsageError, median_after_warmup, parse_size
 
 from markdown_fences import REPO
@@ -44,7 +44,13 @@ def test_median_leaves_out_the_warmup():
 
 @pytest.mark.parametrize(
     "module, name",
-    [(allreduce, "allreduce-cpu"), (pipeline, "pipeline-cpu"), (ddp, "ddp-cpu"), (buckets, "ddp-buckets-cpu")],
+    [
+        (allreduce, "allreduce-cpu"),
+        (pipeline, "pipeline-cpu"),
+        (ddp, "ddp-cpu"),
+        (buckets, "ddp-buckets-cpu"),
+        (precision, "precision-cpu"),
+    ],
 )
 def test_saved_table_is_generated_from_its_data(module, name):
     data = saved(name)
@@ -139,6 +145,24 @@ def test_saved_buckets_support_what_the_data_parallel_page_says():
     assert held[False] - held[True] == pytest.approx(grads, rel=0.01)
 
 
+def test_precision_bench_counts_what_a_forward_keeps():
+    fp32, bf16 = precision.bench_precision(width=64, depth=2, batch=16, steps=2)
+    assert (fp32["mode"], bf16["mode"]) == ("float32", "bfloat16 autocast")
+    # The inputs of the two Linear and the two GELU layers, and the loss's input: five 16 x 64 tensors.
+    assert fp32["activation_bytes"] == 5 * 16 * 64 * 4 and fp32["weight_copy_bytes"] == 0
+    # The layers' inputs in 2 bytes, the loss's input still in 4, and a 16-bit copy of the second
+    # weight (the first layer's input needs no gradient, so its weight copy is not kept).
+    assert bf16["activation_bytes"] == 4 * 16 * 64 * 2 + 16 * 64 * 4
+    assert bf16["weight_copy_bytes"] == 64 * 64 * 2
+
+
+def test_saved_precision_supports_what_the_mixed_precision_page_says():
+    fp32, bf16 = saved("precision-cpu")["records"]
+    # "16 bits nearly halve the activations ... and the weight copies come on top": 0.6 at the most.
+    assert bf16["activation_bytes"] <= 0.6 * fp32["activation_bytes"]
+    assert fp32["weight_copy_bytes"] == 0 < bf16["weight_copy_bytes"]
+
+
 @pytest.mark.parametrize(
     "argv",
     [
@@ -153,6 +177,8 @@ def test_saved_buckets_support_what_the_data_parallel_page_says():
         ["buckets", "--caps", "0"],
         ["buckets", "--caps", "x"],
         ["buckets", "--depth", "0"],
+        ["precision", "--steps", "0"],
+        ["precision", "--batch", "64", "--width", "64"],
     ],
 )
 def test_bad_bench_arguments_get_one_line_and_exit_2(argv, capsys):

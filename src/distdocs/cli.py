@@ -17,6 +17,7 @@ BENCHMARKS = {
     "pipeline": "idle time of each stage of a 2-stage GPipe pipeline against (p-1)/(m+p-1)",
     "ddp": "samples/s of torch's DDP and distdocs' BucketedDDP, 2 ranks",
     "buckets": "torch DDP's bucket_cap_mb and gradient_as_bucket_view: step time and memory, 2 ranks",
+    "precision": "float32 against bfloat16 autocast in DDP: step time and what a forward keeps, 2 ranks",
 }
 
 
