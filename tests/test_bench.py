@@ -9,7 +9,7 @@ import json
 import pytest
 
 from distdocs import cli
-from distdocs.bench import allreduce, buckets, ddp, pipeline, precision
+from distdocs.bench import allreduce, buckets, ddp, pipeline, precision, scaling
 from distdocs.bench.harness import UsageError, median_after_warmup, parse_size
 
 from markdown_fences import REPO
@@ -50,6 +50,7 @@ def test_median_leaves_out_the_warmup():
         (ddp, "ddp-cpu"),
         (buckets, "ddp-buckets-cpu"),
         (precision, "precision-cpu"),
+        (scaling, "scaling-cpu"),
     ],
 )
 def test_saved_table_is_generated_from_its_data(module, name):
@@ -163,6 +164,41 @@ def test_saved_precision_supports_what_the_mixed_precision_page_says():
     assert fp32["weight_copy_bytes"] == 0 < bf16["weight_copy_bytes"]
 
 
+def test_scaling_bench_splits_each_step_and_measures_speedup_against_one_rank():
+    models = {"compute-bound": (16, 2, 32), "sync-bound": (64, 2, 2)}
+    records = scaling.bench_scaling([1, 2], [1, 2], steps=2, models=models)
+    assert [(r["model"], r["accumulation"], r["world_size"]) for r in records] == [
+        (m, k, n) for m in models for k in (1, 2) for n in (1, 2)
+    ]
+    for r in records:
+        assert r["step_s"] > 0 and r["compute_s"] > 0
+        assert r["samples_per_s"] == pytest.approx(
+            r["world_size"] * models[r["model"]][2] * r["accumulation"] / r["step_s"]
+        )
+    assert all(r["speedup"] == 1.0 for r in records if r["world_size"] == 1)
+
+
+def test_saved_scaling_figure_is_drawn_from_its_data():
+    data = saved("scaling-cpu")
+    assert (REPO / "docs/assets/scaling-cpu.svg").read_text() == scaling.plot(data["records"], data["machine"])
+
+
+def test_saved_scaling_supports_what_the_scaling_page_says():
+    records = saved("scaling-cpu")["records"]
+    speedup = {(r["model"], r["accumulation"], r["world_size"]): r["speedup"] for r in records}
+    at = {(r["model"], r["accumulation"], r["world_size"]): r for r in records}
+    # "the compute-bound model gains the most from a second rank", ahead of the sync-bound one by 0.3.
+    assert max(speedup[m, k, 2] for m, k, _ in speedup) == max(speedup["compute-bound", k, 2] for k in (1, 4))
+    assert speedup["compute-bound", 1, 2] >= speedup["sync-bound", 1, 2] + 0.3
+    # "sync as large as compute or larger" for the sync-bound model at two ranks (within 20%).
+    sync_bound = at["sync-bound", 1, 2]
+    assert sync_bound["step_s"] - sync_bound["compute_s"] >= 0.8 * sync_bound["compute_s"]
+    # "Accumulating four micro-batches per step raises its speedup at two ranks", by 0.2 or more.
+    assert speedup["sync-bound", 4, 2] >= speedup["sync-bound", 1, 2] + 0.2
+    # "four ranks on two cores are no faster than two": within 0.2.
+    assert all(speedup[m, k, 4] <= speedup[m, k, 2] + 0.2 for m, k, n in speedup if n == 4)
+
+
 @pytest.mark.parametrize(
     "argv",
     [
@@ -179,6 +215,9 @@ def test_saved_precision_supports_what_the_mixed_precision_page_says():
         ["buckets", "--depth", "0"],
         ["precision", "--steps", "0"],
         ["precision", "--batch", "64", "--width", "64"],
+        ["scaling", "--world-sizes", "2,4"],
+        ["scaling", "--accumulation", "0"],
+        ["scaling", "--scale", "2"],
     ],
 )
 def test_bad_bench_arguments_get_one_line_and_exit_2(argv, capsys):

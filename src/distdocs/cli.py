@@ -18,6 +18,7 @@ BENCHMARKS = {
     "ddp": "samples/s of torch's DDP and distdocs' BucketedDDP, 2 ranks",
     "buckets": "torch DDP's bucket_cap_mb and gradient_as_bucket_view: step time and memory, 2 ranks",
     "precision": "float32 against bfloat16 autocast in DDP: step time and what a forward keeps, 2 ranks",
+    "scaling": "samples/s at 1, 2 and 4 ranks, compute- and sync-bound, with and without accumulation",
 }
 
 
@@ -71,12 +72,16 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from distdocs.bench.harness import machine_info, save
 
     module = importlib.import_module(f"distdocs.bench.{args.benchmark}")
-    progress = None if args.json else (lambda msg: print(msg, file=sys.stderr, flush=True))
+    # Progress for a person at a terminal; nothing when the output goes to a file or a pipe.
+    progress = (lambda msg: print(msg, file=sys.stderr, flush=True)) if sys.stderr.isatty() else None
     records = module.main(args, progress)
     machine = machine_info()
     table = module.format_table(records, machine)
     if args.save:
         save(args.save, machine, records, table)
+    if getattr(args, "figure", None):
+        with open(args.figure, "w") as f:
+            f.write(module.plot(records, machine))
     print(json.dumps({"machine": machine, "records": records}, indent=2) if args.json else table)
     return 0
 
@@ -110,7 +115,10 @@ def build_parser() -> argparse.ArgumentParser:
     bench_sub = bench.add_subparsers(dest="benchmark", metavar="BENCHMARK", required=True)
     for name, help_text in BENCHMARKS.items():
         one = bench_sub.add_parser(name, help=help_text)
-        importlib.import_module(f"distdocs.bench.{name}").add_arguments(one)
+        module = importlib.import_module(f"distdocs.bench.{name}")
+        module.add_arguments(one)
+        if hasattr(module, "plot"):
+            one.add_argument("--figure", metavar="SVG", help="also draw the results into this SVG file")
         one.add_argument("--json", action="store_true", help="print {machine, records} as JSON instead of the table")
         one.add_argument(
             "--save", metavar="PREFIX", help="also write PREFIX.json and PREFIX.txt (the data the pages quote)"

@@ -1,0 +1,161 @@
+"""Data-parallel scaling: samples per second at several world sizes, for a compute-bound and a
+sync-bound model, each with and without gradient accumulation; every step split into computation
+and synchronization.
+
+The batch per rank stays fixed (weak scaling), so n ranks do n times the work of one. The compute
+time is the same step with DDP's all_reduces switched off (`no_sync()`); sync is the difference.
+World sizes above the core count are oversubscribed: the ranks then share cores, and the table says
+so. `plot` draws the speedup against the number of ranks from the saved records.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import os
+
+import torch
+from torch import nn
+
+from distdocs.bench.harness import WARMUP, machine_line, median_after_warmup, parse_list, require, slowest_rank_seconds
+from distdocs.world import World
+
+# name: (width, Linear layers, samples per rank and micro-batch)
+MODELS = {"compute-bound": (256, 4, 1024), "sync-bound": (1024, 8, 8)}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--world-sizes", default="1,2,4", help="comma-separated (default: 1,2,4)")
+    parser.add_argument("--accumulation", default="1,4", help="micro-batches per step, comma-separated (default: 1,4)")
+    parser.add_argument("--steps", type=int, default=8, help="timed steps per setting (default: 8)")
+    parser.add_argument(
+        "--scale", type=float, default=1.0, help="shrink the models' widths by this factor, for a quick look"
+    )
+
+
+def main(args: argparse.Namespace, progress=None) -> list[dict]:
+    world_sizes = parse_list(args.world_sizes, int, "--world-sizes")
+    accumulation = parse_list(args.accumulation, int, "--accumulation")
+    require(1 in world_sizes, "--world-sizes must include 1, the baseline of every speedup")
+    require(args.steps >= 1 and 0 < args.scale <= 1, "--steps must be positive, --scale in (0, 1]")
+    models = {name: (max(8, int(w * args.scale)), d, b) for name, (w, d, b) in MODELS.items()}
+    return bench_scaling(world_sizes, accumulation, args.steps, models, progress)
+
+
+def _mlp(width: int, depth: int) -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(*[m for _ in range(depth) for m in (nn.Linear(width, width), nn.ReLU())])
+
+
+def _measure(rank: int, world_size: int, models: dict, accumulation: list[int], steps: int) -> list[dict]:
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    records = []
+    for name, (width, depth, batch) in models.items():
+        model = DDP(_mlp(width, depth))
+        opt = torch.optim.SGD(model.parameters(), lr=1e-4)
+        x = torch.randn(batch, width, generator=torch.Generator().manual_seed(rank))
+        for k in accumulation:
+
+            def step(sync: bool) -> None:
+                for i in range(k):  # only the last micro-batch syncs, and only if `sync`
+                    with contextlib.nullcontext() if sync and i == k - 1 else model.no_sync():
+                        model(x).square().mean().backward()
+                opt.step()
+                opt.zero_grad()
+
+            times: dict[bool, list[float]] = {True: [], False: []}
+            for _ in range(WARMUP + steps):
+                for sync in (True, False):  # take turns, so that both see the same machine
+                    times[sync].append(slowest_rank_seconds(lambda: step(sync)))
+            step_s, compute_s = median_after_warmup(times[True]), median_after_warmup(times[False])
+            records.append(
+                {
+                    "model": name,
+                    "width": width,
+                    "depth": depth,
+                    "batch_per_rank": batch,
+                    "accumulation": k,
+                    "world_size": world_size,
+                    "cores": os.cpu_count(),
+                    "gradient_bytes": sum(p.numel() * p.element_size() for p in model.parameters()),
+                    "step_s": step_s,
+                    "compute_s": compute_s,
+                    "samples_per_s": world_size * batch * k / step_s,
+                }
+            )
+    return records
+
+
+def bench_scaling(
+    world_sizes: list[int], accumulation: list[int], steps: int = 8, models: dict | None = None, progress=None
+) -> list[dict]:
+    """Every model and accumulation count at every world size; speedup against world size 1."""
+    records = []
+    for n in world_sizes:
+        if progress:
+            progress(f"world size {n}: {len(models or MODELS)} models x {len(accumulation)} accumulation counts")
+        with World(n, timeout_s=600) as world:
+            records += world.run(_measure, models or MODELS, accumulation, steps)[0]
+    base = {(r["model"], r["accumulation"]): r["samples_per_s"] for r in records if r["world_size"] == 1}
+    for r in records:
+        r["speedup"] = r["samples_per_s"] / base[r["model"], r["accumulation"]]
+    return sorted(records, key=lambda r: (r["model"], r["accumulation"], r["world_size"]))
+
+
+def format_table(records: list[dict], machine: dict) -> str:
+    lines = [
+        machine_line(machine, "batch per rank fixed; * = more ranks than cores (oversubscribed)"),
+        f"{'model':>13} {'accum':>5} {'ranks':>6} {'step (ms)':>9} {'compute':>8} {'sync':>7} "
+        f"{'samples/s':>9} {'speedup':>7}",
+    ]
+    for r in records:
+        ranks = f"{r['world_size']}{'*' if r['world_size'] > r['cores'] else ''}"
+        lines.append(
+            f"{r['model']:>13} {r['accumulation']:>5} {ranks:>6} {r['step_s'] * 1e3:>9.1f} "
+            f"{r['compute_s'] * 1e3:>8.1f} {max(0.0, r['step_s'] - r['compute_s']) * 1e3:>7.1f} "
+            f"{r['samples_per_s']:>9.0f} {r['speedup']:>6.2f}x"
+        )
+    return "\n".join(lines)
+
+
+def plot(records: list[dict], machine: dict) -> str:
+    """The speedup against the number of ranks, one line per model and accumulation count, as SVG
+    text that depends only on the records (no date or random ids of its own)."""
+    import matplotlib
+
+    matplotlib.use("svg")
+    import matplotlib.pyplot as plt
+
+    plt.rcParams["svg.hashsalt"] = "distdocs"
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    sizes = sorted({r["world_size"] for r in records})
+    ax.plot(sizes, sizes, color="0.6", linestyle="--", label="ideal: n ranks, n times the samples")
+    for (model, k), style in zip(
+        sorted({(r["model"], r["accumulation"]) for r in records}), ["o-", "o--", "s-", "s--"]
+    ):
+        mine = [r for r in records if (r["model"], r["accumulation"]) == (model, k)]
+        ax.plot(
+            [r["world_size"] for r in mine],
+            [r["speedup"] for r in mine],
+            style,
+            label=f"{model}, {'no accumulation' if k == 1 else f'accumulating {k} micro-batches'}",
+        )
+    cores = records[0]["cores"]
+    if max(sizes) > cores:  # shade the world sizes above the core count
+        ax.axvspan(cores + 0.5, max(sizes) + 0.25, color="0.92", zorder=0)
+        ax.text(max(sizes) + 0.2, 0.2, "more ranks than cores", ha="right", fontsize=8, color="0.4")
+    ax.set(
+        xlabel="ranks (data-parallel processes)",
+        ylabel="speedup in samples/s over 1 rank",
+        xticks=sizes,
+        ylim=(0, max(sizes) + 0.5),
+    )
+    ax.set_title(f"{machine['cpu']}, {machine['cores']} cores, torch {machine['torch']}, {machine['date']}", fontsize=8)
+    ax.legend(fontsize=8, loc="upper left")
+    fig.tight_layout()
+    out = io.StringIO()
+    fig.savefig(out, format="svg", metadata={"Date": None, "Creator": "distdocs"})
+    plt.close(fig)
+    return out.getvalue()
