@@ -9,7 +9,15 @@ import contextlib
 
 import torch
 
-from distdocs.bench.harness import WARMUP, machine_line, median_after_warmup, parse_list, require, slowest_rank_seconds
+from distdocs.bench.harness import (
+    WARMUP,
+    machine_line,
+    median_after_warmup,
+    mlp,
+    parse_list,
+    require,
+    slowest_rank_seconds,
+)
 from distdocs.world import World
 
 
@@ -28,13 +36,6 @@ def main(args: argparse.Namespace, progress=None) -> list[dict]:
         "--width, --depth, --batch and --steps must be positive",
     )
     return bench_buckets(caps, args.width, args.depth, args.batch, args.steps)
-
-
-def _mlp(width: int, depth: int):
-    from torch import nn
-
-    torch.manual_seed(0)
-    return nn.Sequential(*[m for _ in range(depth) for m in (nn.Linear(width, width), nn.ReLU())])
 
 
 def _malloc_in_use_bytes() -> int | None:
@@ -67,7 +68,7 @@ def _ddp_bytes(view: bool, width: int, depth: int, batch: int) -> int | None:
 
     gc.collect()
     before = _malloc_in_use_bytes()
-    model = DDP(_mlp(width, depth), gradient_as_bucket_view=view)
+    model = DDP(mlp(width, depth), gradient_as_bucket_view=view)
     for _ in range(3):
         model(torch.randn(batch, width)).square().mean().backward()
     gc.collect()
@@ -86,7 +87,7 @@ def _bucket_sweep(
     g = torch.Generator().manual_seed(rank)
     data = [torch.randn(batch, width, generator=g) for _ in range(WARMUP + steps)]
     configs = [(cap, view) for view in (False, True) for cap in caps]
-    models = {c: DDP(_mlp(width, depth), bucket_cap_mb=c[0], gradient_as_bucket_view=c[1]) for c in configs}
+    models = {c: DDP(mlp(width, depth), bucket_cap_mb=c[0], gradient_as_bucket_view=c[1]) for c in configs}
     opts = {c: torch.optim.SGD(m.parameters(), lr=1e-3) for c, m in models.items()}
 
     def step(c, x):

@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
+from torch import nn
 
 # Untimed iterations before the timed ones, in every benchmark: the first steps allocate buffers,
 # connect gloo's pairs and warm caches.
@@ -96,6 +97,13 @@ def median_after_warmup(times: list[float], warmup: int = WARMUP) -> float:
     if len(times) <= warmup:
         raise ValueError(f"{len(times)} iterations leave none after {warmup} warm-up ones")
     return statistics.median(times[warmup:])
+
+
+def mlp(width: int, depth: int, activation: type[nn.Module] = nn.ReLU) -> nn.Sequential:
+    """`depth` square Linear layers of `width`, each followed by `activation`; the same weights on
+    every rank (seed 0)."""
+    torch.manual_seed(0)
+    return nn.Sequential(*[m for _ in range(depth) for m in (nn.Linear(width, width), activation())])
 
 
 def save(prefix: str, machine: dict, records: list[dict], table: str) -> None:

@@ -8,7 +8,7 @@ import argparse
 import torch
 from torch import nn
 
-from distdocs.bench.harness import WARMUP, machine_line, median_after_warmup, require, slowest_rank_seconds
+from distdocs.bench.harness import WARMUP, machine_line, median_after_warmup, mlp, require, slowest_rank_seconds
 from distdocs.world import World
 
 MODES = {"float32": None, "bfloat16 autocast": torch.bfloat16}
@@ -28,11 +28,6 @@ def main(args: argparse.Namespace, progress=None) -> list[dict]:
     )
     require(args.batch != args.width, "--batch must differ from --width, to tell activations from weights")
     return bench_precision(args.width, args.depth, args.batch, args.steps)
-
-
-def _mlp(width: int, depth: int) -> nn.Module:
-    torch.manual_seed(0)
-    return nn.Sequential(*[m for _ in range(depth) for m in (nn.Linear(width, width), nn.GELU())])
 
 
 def _saved_bytes(model: nn.Module, x: torch.Tensor, dtype) -> dict:
@@ -58,8 +53,8 @@ def _precision_sweep(rank: int, world_size: int, width: int, depth: int, batch: 
 
     g = torch.Generator().manual_seed(rank)
     data = [torch.randn(batch, width, generator=g) for _ in range(WARMUP + steps)]
-    held = {name: _saved_bytes(_mlp(width, depth), data[0], dtype) for name, dtype in MODES.items()}
-    models = {name: DDP(_mlp(width, depth)) for name in MODES}
+    held = {name: _saved_bytes(mlp(width, depth, nn.GELU), data[0], dtype) for name, dtype in MODES.items()}
+    models = {name: DDP(mlp(width, depth, nn.GELU)) for name in MODES}
     opts = {name: torch.optim.SGD(m.parameters(), lr=1e-3) for name, m in models.items()}
 
     def step(name, x):

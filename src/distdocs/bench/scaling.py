@@ -16,9 +16,16 @@ import io
 import os
 
 import torch
-from torch import nn
 
-from distdocs.bench.harness import WARMUP, machine_line, median_after_warmup, parse_list, require, slowest_rank_seconds
+from distdocs.bench.harness import (
+    WARMUP,
+    machine_line,
+    median_after_warmup,
+    mlp,
+    parse_list,
+    require,
+    slowest_rank_seconds,
+)
 from distdocs.world import World
 
 # name: (width, Linear layers, samples per rank and micro-batch)
@@ -43,17 +50,12 @@ def main(args: argparse.Namespace, progress=None) -> list[dict]:
     return bench_scaling(world_sizes, accumulation, args.steps, models, progress)
 
 
-def _mlp(width: int, depth: int) -> nn.Module:
-    torch.manual_seed(0)
-    return nn.Sequential(*[m for _ in range(depth) for m in (nn.Linear(width, width), nn.ReLU())])
-
-
 def _measure(rank: int, world_size: int, models: dict, accumulation: list[int], steps: int) -> list[dict]:
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     records = []
     for name, (width, depth, batch) in models.items():
-        model = DDP(_mlp(width, depth))
+        model = DDP(mlp(width, depth))
         opt = torch.optim.SGD(model.parameters(), lr=1e-4)
         x = torch.randn(batch, width, generator=torch.Generator().manual_seed(rank))
         for k in accumulation:
