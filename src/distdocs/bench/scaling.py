@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import io
 import os
 
 import torch
@@ -125,13 +124,9 @@ def format_table(records: list[dict], machine: dict) -> str:
 def plot(records: list[dict], machine: dict) -> str:
     """The speedup against the number of ranks, one line per model and accumulation count, as SVG
     text that depends only on the records (no date or random ids of its own)."""
-    import matplotlib
+    from distdocs.figures import pyplot, to_svg
 
-    matplotlib.use("svg")
-    import matplotlib.pyplot as plt
-
-    plt.rcParams["svg.hashsalt"] = "distdocs"
-    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    fig, ax = pyplot().subplots(figsize=(6.4, 4.2))
     sizes = sorted({r["world_size"] for r in records})
     ax.plot(sizes, sizes, color="0.6", linestyle="--", label="ideal: n ranks, n times the samples")
     for (model, k), style in zip(
@@ -157,7 +152,4 @@ def plot(records: list[dict], machine: dict) -> str:
     ax.set_title(f"{machine['cpu']}, {machine['cores']} cores, torch {machine['torch']}, {machine['date']}", fontsize=8)
     ax.legend(fontsize=8, loc="upper left")
     fig.tight_layout()
-    out = io.StringIO()
-    fig.savefig(out, format="svg", metadata={"Date": None, "Creator": "distdocs"})
-    plt.close(fig)
-    return out.getvalue()
+    return to_svg(fig)

@@ -1,0 +1,68 @@
+"""Figures drawn from saved data, as SVG text that depends only on the data: no date, and ids from a
+fixed salt, so that the same data always draws the same file and a test can redraw it.
+
+    python -m distdocs.figures lr-curves benchmarks/lr-scaling-cpu.json docs/assets/lr-scaling-cpu.svg
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+
+
+def pyplot():
+    """matplotlib's pyplot, set up for reproducible SVG."""
+    import matplotlib
+
+    matplotlib.use("svg")
+    import matplotlib.pyplot as plt
+
+    plt.rcParams["svg.hashsalt"] = "distdocs"
+    return plt
+
+
+def to_svg(fig) -> str:
+    out = io.StringIO()
+    fig.savefig(out, format="svg", metadata={"Date": None, "Creator": "distdocs"})
+    pyplot().close(fig)
+    return out.getvalue()
+
+
+def lr_curves(data: dict) -> str:
+    """The loss after each epoch for every run of examples/lr_scaling/step01_linear_rule.py."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    for (name, curve), style in zip(data["curves"].items(), ["o-", "s--", "^-", "x:"]):
+        shown = [(epoch, loss) for epoch, loss in enumerate(curve, 1) if loss < 1.0]
+        ax.plot([e for e, _ in shown], [loss for _, loss in shown], style, label=name)
+    ax.set(
+        xlabel="epoch (the same samples for every run)",
+        ylabel="loss on the whole dataset",
+        yscale="log",
+        xticks=range(1, 1 + max(len(c) for c in data["curves"].values())),
+    )
+    m = data["machine"]
+    ax.set_title(f"{m['ranks']} ranks, {m['machine']}, {m['cores']} cores, torch {m['torch']}, {m['date']}", fontsize=8)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return to_svg(fig)
+
+
+FIGURES = {"lr-curves": lr_curves}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 3 or argv[0] not in FIGURES:
+        print(f"usage: python -m distdocs.figures {{{','.join(FIGURES)}}} DATA.json OUT.svg", file=sys.stderr)
+        return 2
+    with open(argv[1]) as f:
+        svg = FIGURES[argv[0]](json.load(f))
+    with open(argv[2], "w") as f:
+        f.write(svg)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
