@@ -47,7 +47,9 @@ bench: $(STAMP)
 	$(BIN)/distdocs bench precision --width 1024 --depth 4 --batch 256 --steps 10 --save benchmarks/precision-cpu
 	$(BIN)/distdocs bench scaling --world-sizes 1,2,4 --accumulation 1,4 --steps 8 --save benchmarks/scaling-cpu --figure docs/assets/scaling-cpu.svg
 	PATH=$(BIN):$$PATH torchrun --standalone --nproc_per_node=2 examples/lr_scaling/step01_linear_rule.py --save benchmarks/lr-scaling-cpu.json
-	$(BIN)/python -m distdocs.figures lr-curves benchmarks/lr-scaling-cpu.json docs/assets/lr-scaling-cpu.svg
+	$(BIN)/python -m distdocs.figures loss-curves benchmarks/lr-scaling-cpu.json docs/assets/lr-scaling-cpu.svg
+	PATH=$(BIN):$$PATH torchrun --standalone --nproc_per_node=2 examples/sync_strategies/step01_local_sgd.py --save benchmarks/local-sgd-cpu.json
+	$(BIN)/python -m distdocs.figures loss-curves benchmarks/local-sgd-cpu.json docs/assets/local-sgd-cpu.svg
 	PATH=$(BIN):$$PATH torchrun --standalone --nproc_per_node=2 examples/profiling/step01_profile_ddp.py --out $$(mktemp -d) --table benchmarks/profile-ddp-cpu.txt
 
 # The browser test drives Debian's chromium through Playwright's Python package. Never run

@@ -1,7 +1,7 @@
 """Figures drawn from saved data, as SVG text that depends only on the data: no date, and ids from a
 fixed salt, so that the same data always draws the same file and a test can redraw it.
 
-    python -m distdocs.figures lr-curves benchmarks/lr-scaling-cpu.json docs/assets/lr-scaling-cpu.svg
+    python -m distdocs.figures loss-curves benchmarks/lr-scaling-cpu.json docs/assets/lr-scaling-cpu.svg
 """
 
 from __future__ import annotations
@@ -29,8 +29,9 @@ def to_svg(fig) -> str:
     return out.getvalue()
 
 
-def lr_curves(data: dict) -> str:
-    """The loss after each epoch for every run of examples/lr_scaling/step01_linear_rule.py."""
+def loss_curves(data: dict) -> str:
+    """The loss after each epoch for every run in `data["curves"]` (saved by an example's --save),
+    on a log scale; a run that diverged (loss 1 or more) stops where it did."""
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     for (name, curve), style in zip(data["curves"].items(), ["o-", "s--", "^-", "x:"]):
@@ -49,7 +50,7 @@ def lr_curves(data: dict) -> str:
     return to_svg(fig)
 
 
-FIGURES = {"lr-curves": lr_curves}
+FIGURES = {"loss-curves": loss_curves}
 
 
 def main(argv: list[str] | None = None) -> int:
