@@ -68,6 +68,54 @@ def cmd_memory(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_sim(args: argparse.Namespace) -> int:
+    from distdocs import costmodel
+    from distdocs.bench.harness import parse_list, require
+
+    for flag in ("compute_per_sample", "micro_batch", "accumulation", "bucket_mb"):
+        value = getattr(args, flag)
+        require(value > 0 and math.isfinite(value), f"--{flag.replace('_', '-')} must be positive, not {value}")
+    try:
+        if args.fit:
+            fit = costmodel.load_fit(args.fit, args.fit_impl, args.fit_world_size)
+            network = fit.network
+            note = f"# fit: {fit.points} timings, relative RMS error {fit.relative_rms:.0%}"
+        elif args.bandwidth is not None or args.latency is not None:
+            require(args.bandwidth is not None and args.latency is not None, "give --bandwidth and --latency together")
+            network, note = costmodel.Network.from_bandwidth(args.bandwidth, args.latency, "given"), ""
+        else:
+            require(args.network in costmodel.PRESETS, f"--network must be one of {', '.join(costmodel.PRESETS)}")
+            network, note = costmodel.PRESETS[args.network], ""
+        work = costmodel.Workload(
+            params=parse_count(args.params),
+            compute_per_sample=args.compute_per_sample / 1e3,
+            micro_batch=args.micro_batch,
+            accumulation=args.accumulation,
+            gradient_dtype=args.gradient_dtype,
+            bucket_bytes=args.bucket_mb * 2**20,
+            overlap=not args.no_overlap,
+        )
+        steps = costmodel.simulate(work, parse_list(args.world_sizes, int, "--world-sizes"), network, args.algorithm)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    table = costmodel.format_table(work, network, args.algorithm, steps)
+    if args.plot:
+        from distdocs.figures import speedup_curves
+
+        with open(args.plot, "w") as f:
+            f.write(speedup_curves({"model": steps}, table.splitlines()[1].lstrip("# ")))
+    if args.json:
+        rows = [{**vars(s), "step": s.step} for s in steps]
+        print(
+            json.dumps(
+                {"workload": vars(work), "network": vars(network), "algorithm": args.algorithm, "steps": rows}, indent=2
+            )
+        )
+    else:
+        print("\n".join(filter(None, [table, note])))
+    return 0
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from distdocs.bench.harness import machine_info, save
 
@@ -110,6 +158,28 @@ def build_parser() -> argparse.ArgumentParser:
     ]:
         mem.add_argument(flag, type=int, help=f"{text}, for the activation estimate")
     mem.set_defaults(func=cmd_memory)
+
+    sim = sub.add_parser("sim", help="predict data-parallel step time and speedup with the cost model")
+    sim.add_argument("--params", required=True, help="parameters whose gradients sync: 8.4M, 1.3B")
+    sim.add_argument(
+        "--compute-per-sample", type=float, required=True, metavar="MS", help="forward + backward per sample, ms"
+    )
+    sim.add_argument("--micro-batch", type=int, required=True, help="samples per rank per micro-batch")
+    sim.add_argument("--accumulation", type=int, default=1, help="micro-batches per optimizer step (default: 1)")
+    sim.add_argument("--gradient-dtype", default="fp32", help="fp32 (default) or bf16")
+    sim.add_argument("--bucket-mb", type=float, default=25, help="DDP bucket size in MiB (default: 25)")
+    sim.add_argument("--no-overlap", action="store_true", help="sync after the backward pass, not during it")
+    sim.add_argument("--algorithm", default="ring", help="ring (default), tree or naive")
+    sim.add_argument("--world-sizes", default="1,2,4,8", help="comma-separated (default: 1,2,4,8)")
+    sim.add_argument("--network", default="pcie4", help="a preset: pcie4 (default), nvlink4, ib-400g, eth-100g")
+    sim.add_argument("--bandwidth", type=float, metavar="GB/S", help="link bandwidth, instead of a preset")
+    sim.add_argument("--latency", type=float, metavar="US", help="per-message latency in µs, with --bandwidth")
+    sim.add_argument("--fit", metavar="JSON", help="α and β fitted to a saved `distdocs bench allreduce` run")
+    sim.add_argument("--fit-impl", default="gloo", help="which implementation's timings to fit (default: gloo)")
+    sim.add_argument("--fit-world-size", type=int, help="fit the timings of this world size only")
+    sim.add_argument("--json", action="store_true", help="print the workload, network and steps as JSON")
+    sim.add_argument("--plot", metavar="SVG", help="also draw speedup against ranks into this SVG file")
+    sim.set_defaults(func=cmd_sim)
 
     bench = sub.add_parser("bench", help="benchmarks, measured side by side in one run")
     bench_sub = bench.add_subparsers(dest="benchmark", metavar="BENCHMARK", required=True)

@@ -50,6 +50,40 @@ def loss_curves(data: dict) -> str:
     return to_svg(fig)
 
 
+def speedup_curves(curves: dict[str, list], title: str, measured: dict[str, list] | None = None) -> str:
+    """Speedup against ranks for each named list of `costmodel.Step`s, with the ideal line, and a
+    mark where each curve turns sync-bound (exposed sync exceeds compute); `measured` adds points
+    as (ranks, speedup) pairs."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    sizes = sorted({s.world_size for steps in curves.values() for s in steps})
+    ax.plot(sizes, sizes, color="0.6", linestyle="--", label="ideal: n ranks, n times the samples")
+    for (name, steps), style in zip(curves.items(), ["o-", "s-", "^-", "x-"]):
+        (line,) = ax.plot([s.world_size for s in steps], [s.speedup for s in steps], style, label=f"{name} (model)")
+        bound = [s for s in steps if s.exposed_sync > s.compute]
+        if bound:
+            ax.axvline(bound[0].world_size, color=line.get_color(), linestyle=":", linewidth=1)
+            ax.annotate(
+                "sync-bound from here",
+                (bound[0].world_size, bound[0].speedup),
+                textcoords="offset points",
+                xytext=(4, -12),
+                fontsize=8,
+                color=line.get_color(),
+            )
+    for (name, points), marker in zip((measured or {}).items(), ["D", "v", "P", "*"]):
+        ax.plot([n for n, _ in points], [s for _, s in points], marker, linestyle="none", label=f"{name} (measured)")
+    ax.set(
+        xlabel="ranks (data-parallel workers)", ylabel="speedup in samples/s over 1 rank", xscale="log", yscale="log"
+    )
+    ax.set_xticks(sizes, [str(n) for n in sizes])
+    ax.minorticks_off()
+    ax.set_title(title, fontsize=8)
+    ax.legend(fontsize=8, loc="upper left")
+    fig.tight_layout()
+    return to_svg(fig)
+
+
 FIGURES = {"loss-curves": loss_curves}
 
 

@@ -1,0 +1,242 @@
+"""A cost model of one data-parallel training step: what it costs to compute, what it costs to sync
+the gradients, and how much of the sync hides behind the backward pass.
+
+Allreduce follows the α-β model (Thakur, Rabenseifner and Gropp, "Optimization of Collective
+Communication Operations in MPICH", 2005): a message costs α seconds to start and β seconds per byte.
+For S bytes on n ranks, with the algorithms `distdocs.collectives` builds:
+
+| algorithm | messages on the critical path | bytes each rank sends, in units of S |
+|---|---|---|
+| ring (reduce-scatter, then all-gather) | 2(n-1) | 2(n-1)/n |
+| tree (binomial, up then down) | 2·ceil(log2 n) | 2·ceil(log2 n) |
+| naive (all to rank 0, then back) | 2(n-1) | 2(n-1), at rank 0 |
+
+A step of `accumulation` micro-batches computes `micro_batch` samples per micro-batch on each rank
+and syncs once, at the end (DDP's `no_sync()` on the others). DDP splits the gradients into buckets
+and starts a bucket's allreduce as soon as the backward pass has produced it, so the sync of all
+but the last bucket can hide behind the rest of the backward pass. The model assumes the gradients
+become ready at an even rate through the backward pass and that one allreduce runs at a time.
+
+`simulate()` runs the model over many world sizes; `distdocs sim` prints it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+
+ALGORITHMS = ("ring", "tree", "naive")
+GRADIENT_BYTES = {"fp32": 4, "bf16": 2}
+DDP_BUCKET_BYTES = 25 * 2**20  # DDP's default bucket_cap_mb=25
+BACKWARD_SHARE = 2 / 3  # backward costs about twice the forward: 2/3 of the compute
+
+
+@dataclass(frozen=True)
+class Network:
+    """α (seconds per message) and β (seconds per byte) of the links between ranks."""
+
+    alpha: float
+    beta: float
+    name: str = ""
+
+    def __post_init__(self):
+        if not (self.alpha >= 0 and self.beta > 0 and math.isfinite(self.alpha + self.beta)):
+            raise ValueError(f"network: alpha must be >= 0 and beta > 0, not {self.alpha!r} and {self.beta!r}")
+
+    @classmethod
+    def from_bandwidth(cls, gb_per_s: float, latency_us: float, name: str = "") -> Network:
+        """A link of `gb_per_s` GB/s (1e9 bytes per second, each direction) and `latency_us` µs."""
+        if not gb_per_s > 0:
+            raise ValueError(f"bandwidth must be positive, not {gb_per_s!r} GB/s")
+        if not latency_us >= 0:
+            raise ValueError(f"latency must be zero or positive, not {latency_us!r} µs")
+        return cls(latency_us * 1e-6, 1 / (gb_per_s * 1e9), name)
+
+    @property
+    def gb_per_s(self) -> float:
+        return 1 / self.beta / 1e9
+
+
+# Nominal link rates per GPU and direction, and a typical per-message latency. Real allreduces reach
+# 70-90% of the rate. Sources: PCIe 4.0 x16 is 32 GB/s per direction (PCI-SIG), NVLink 4 on an H100
+# SXM is 900 GB/s in both directions together (NVIDIA's H100 datasheet), InfiniBand NDR is 400 Gb/s
+# per port, and 100 Gb Ethernet is 12.5 GB/s.
+PRESETS = {
+    "pcie4": Network.from_bandwidth(25, 10, "PCIe 4.0 x16"),
+    "nvlink4": Network.from_bandwidth(450, 3, "NVLink 4 (H100 SXM)"),
+    "ib-400g": Network.from_bandwidth(50, 10, "InfiniBand NDR, 400 Gb/s"),
+    "eth-100g": Network.from_bandwidth(12.5, 30, "Ethernet, 100 Gb/s"),
+}
+
+
+def allreduce_terms(world_size: int, algorithm: str = "ring") -> tuple[float, float]:
+    """(messages, bytes factor): an allreduce of S bytes costs messages·α + factor·S·β."""
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"algorithm must be one of {', '.join(ALGORITHMS)}, not {algorithm!r}")
+    if not (isinstance(world_size, int) and world_size >= 1):
+        raise ValueError(f"world_size must be a positive whole number, not {world_size!r}")
+    n = world_size
+    if algorithm == "ring":
+        return 2 * (n - 1), 2 * (n - 1) / n
+    if algorithm == "tree":
+        rounds = 2 * math.ceil(math.log2(n)) if n > 1 else 0
+        return rounds, rounds
+    return 2 * (n - 1), 2 * (n - 1)
+
+
+def allreduce_seconds(nbytes: float, world_size: int, network: Network, algorithm: str = "ring") -> float:
+    """The α-β time of one allreduce of `nbytes` bytes over `world_size` ranks."""
+    if not nbytes >= 0:
+        raise ValueError(f"nbytes must be zero or positive, not {nbytes!r}")
+    messages, factor = allreduce_terms(world_size, algorithm)
+    return messages * network.alpha + factor * nbytes * network.beta if nbytes else 0.0
+
+
+@dataclass(frozen=True)
+class Fit:
+    """α and β fitted to measured allreduce times, and how well they fit."""
+
+    network: Network
+    relative_rms: float  # root mean square of (predicted - measured) / measured
+    points: int
+
+
+def fit_alpha_beta(
+    records: list[dict], impl: str = "gloo", algorithm: str = "ring", world_size: int | None = None
+) -> Fit:
+    """Least-squares α and β from allreduce timings: the records of `distdocs bench allreduce
+    --json` (keys impl, world_size, bytes, time_s), those of `impl` (and of `world_size`, if given)
+    only. Each time is weighted by its inverse, so that small and large messages count alike; α is
+    kept at zero or above. Fit one world size at a time where ranks outnumber cores: sharing cores
+    slows every message, which no α and β of the links describe."""
+    rows = [
+        r
+        for r in records
+        if r.get("impl") == impl and r.get("world_size", 1) > 1 and world_size in (None, r.get("world_size"))
+    ]
+    if len({r["bytes"] for r in rows}) < 2:
+        raise ValueError(f"records: fitting α and β needs {impl!r} timings at two sizes or more, got {len(rows)}")
+    xs = []
+    for r in rows:
+        messages, factor = allreduce_terms(r["world_size"], algorithm)
+        xs.append((messages / r["time_s"], factor * r["bytes"] / r["time_s"]))  # predicts 1 when exact
+    # Normal equations of min Σ (a·x0 + b·x1 - 1)²; then α = 0 if the intercept came out negative.
+    s00, s01, s11 = (sum(x[i] * x[j] for x in xs) for i, j in ((0, 0), (0, 1), (1, 1)))
+    t0, t1 = sum(x[0] for x in xs), sum(x[1] for x in xs)
+    det = s00 * s11 - s01 * s01
+    alpha, beta = ((t0 * s11 - t1 * s01) / det, (t1 * s00 - t0 * s01) / det) if det else (0.0, 0.0)
+    if alpha < 0 or not det:
+        alpha, beta = 0.0, t1 / s11
+    rms = math.sqrt(sum((alpha * x0 + beta * x1 - 1) ** 2 for x0, x1 in xs) / len(xs))
+    return Fit(Network(alpha, beta, f"fitted to {impl} allreduce timings"), rms, len(xs))
+
+
+def load_fit(path: str, impl: str = "gloo", world_size: int | None = None) -> Fit:
+    """fit_alpha_beta() of a saved `distdocs bench allreduce --json` (or --save) file."""
+    try:
+        with open(path) as f:
+            records = json.load(f)["records"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"{path}: not a saved allreduce benchmark ({e})") from None
+    fit = fit_alpha_beta(records, impl, "ring", world_size)
+    where = f", world size {world_size}" if world_size else ""
+    return Fit(
+        Network(fit.network.alpha, fit.network.beta, f"fit to {path} ({impl}{where})"), fit.relative_rms, fit.points
+    )
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One data-parallel training step, per rank."""
+
+    params: float  # parameters whose gradients are allreduced
+    compute_per_sample: float  # seconds of forward and backward per sample, on one rank
+    micro_batch: int  # samples per rank per micro-batch
+    accumulation: int = 1  # micro-batches per optimizer step; only the last syncs
+    gradient_dtype: str = "fp32"
+    bucket_bytes: float = DDP_BUCKET_BYTES
+    overlap: bool = True  # buckets allreduce during the backward pass, as DDP does
+
+    def __post_init__(self):
+        for name in ("params", "compute_per_sample", "micro_batch", "accumulation", "bucket_bytes"):
+            value = getattr(self, name)
+            if not (value > 0 and math.isfinite(value)):
+                raise ValueError(f"{name} must be positive, not {value!r}")
+        if self.gradient_dtype not in GRADIENT_BYTES:
+            raise ValueError(f"gradient_dtype must be one of {', '.join(GRADIENT_BYTES)}, not {self.gradient_dtype!r}")
+
+    @property
+    def gradient_bytes(self) -> float:
+        return self.params * GRADIENT_BYTES[self.gradient_dtype]
+
+
+@dataclass(frozen=True)
+class Step:
+    world_size: int
+    compute: float  # seconds of computation per step
+    sync: float  # seconds of allreduce per step, all buckets
+    exposed_sync: float  # the part of `sync` the backward pass does not hide
+    samples_per_s: float
+    speedup: float = 1.0  # samples/s over one rank's
+    efficiency: float = 1.0  # speedup / world size
+
+    @property
+    def step(self) -> float:
+        return self.compute + self.exposed_sync
+
+
+def step_time(work: Workload, world_size: int, network: Network, algorithm: str = "ring") -> Step:
+    """The modelled time of one step at `world_size` ranks."""
+    compute = work.compute_per_sample * work.micro_batch * work.accumulation
+    buckets = max(1, math.ceil(work.gradient_bytes / work.bucket_bytes))
+    per_bucket = allreduce_seconds(work.gradient_bytes / buckets, world_size, network, algorithm)
+    sync = buckets * per_bucket
+    if work.overlap:
+        # The last micro-batch's backward produces bucket i at i/buckets of the way through; each
+        # allreduce starts when its bucket is ready and the previous allreduce is done.
+        window = BACKWARD_SHARE * work.compute_per_sample * work.micro_batch
+        done = 0.0
+        for i in range(1, buckets + 1):
+            done = max(done, window * i / buckets) + per_bucket
+        exposed = max(0.0, done - window)
+    else:
+        exposed = sync
+    samples = world_size * work.micro_batch * work.accumulation
+    return Step(world_size, compute, sync, exposed, samples / (compute + exposed))
+
+
+def simulate(work: Workload, world_sizes: list[int], network: Network, algorithm: str = "ring") -> list[Step]:
+    """step_time() at every world size, with speedup and efficiency against one rank."""
+    if not world_sizes:
+        raise ValueError("world_sizes must name at least one world size")
+    one = step_time(work, 1, network, algorithm).samples_per_s
+    steps = []
+    for n in world_sizes:
+        s = step_time(work, n, network, algorithm)
+        steps.append(
+            Step(
+                n, s.compute, s.sync, s.exposed_sync, s.samples_per_s, s.samples_per_s / one, s.samples_per_s / one / n
+            )
+        )
+    return steps
+
+
+def format_table(work: Workload, network: Network, algorithm: str, steps: list[Step]) -> str:
+    """The table `distdocs sim` prints."""
+    lines = [
+        f"# model: {work.params / 1e6:g}M parameters, {work.gradient_dtype} gradients "
+        f"({work.gradient_bytes / 2**20:.1f} MiB), {work.compute_per_sample * 1e3:g} ms per sample, "
+        f"micro-batch {work.micro_batch} x {work.accumulation} per rank, "
+        f"{'overlapped' if work.overlap else 'no overlap'}",
+        f"# network: {network.name or 'given'}, alpha {network.alpha * 1e6:.3g} us, "
+        f"{network.gb_per_s:.3g} GB/s, {algorithm} allreduce",
+        f"{'ranks':>6} {'compute (ms)':>12} {'sync (ms)':>10} {'exposed':>8} {'step (ms)':>10} "
+        f"{'samples/s':>11} {'speedup':>8} {'efficiency':>10}",
+    ]
+    for s in steps:
+        lines.append(
+            f"{s.world_size:>6} {s.compute * 1e3:>12.2f} {s.sync * 1e3:>10.2f} {s.exposed_sync * 1e3:>8.2f} "
+            f"{s.step * 1e3:>10.2f} {s.samples_per_s:>11.1f} {s.speedup:>7.2f}x {s.efficiency:>9.0%}"
+        )
+    return "\n".join(lines)

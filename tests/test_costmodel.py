@@ -1,0 +1,159 @@
+"""The cost model (distdocs.costmodel) and `distdocs sim`: formulas checked against hand-derived
+values, the fit against timings made from known α and β, and bad input."""
+
+import json
+import math
+
+import pytest
+
+from distdocs import cli
+from distdocs.costmodel import (
+    PRESETS,
+    Network,
+    Workload,
+    allreduce_seconds,
+    allreduce_terms,
+    fit_alpha_beta,
+    load_fit,
+    simulate,
+    step_time,
+)
+
+NET = Network(alpha=1e-5, beta=1e-9)  # 10 µs per message, 1 GB/s
+
+
+@pytest.mark.parametrize(
+    ("algorithm", "n", "expected"),
+    [
+        ("ring", 1, (0, 0)),
+        ("ring", 2, (2, 1)),
+        ("ring", 4, (6, 1.5)),
+        ("ring", 8, (14, 1.75)),
+        ("tree", 2, (2, 2)),
+        ("tree", 5, (6, 6)),  # ceil(log2 5) = 3 rounds up, 3 down
+        ("naive", 4, (6, 6)),
+    ],
+)
+def test_allreduce_terms_match_the_algorithms_as_built(algorithm, n, expected):
+    assert allreduce_terms(n, algorithm) == pytest.approx(expected)
+
+
+def test_ring_moves_2_n_minus_1_over_n_of_the_bytes():
+    s = 64 * 2**20
+    assert allreduce_seconds(s, 4, NET) == pytest.approx(6 * 1e-5 + 1.5 * s * 1e-9)
+    assert allreduce_seconds(s, 1, NET) == 0
+
+
+def test_fit_recovers_alpha_and_beta_from_exact_timings():
+    records = [
+        {"impl": "gloo", "world_size": n, "bytes": s, "time_s": allreduce_seconds(s, n, NET)}
+        for n in (2, 4)
+        for s in (2**18, 2**22, 2**26)
+    ]
+    fit = fit_alpha_beta(records)
+    # Exact data: only float rounding separates the fit from the truth.
+    assert fit.network.alpha == pytest.approx(NET.alpha, rel=1e-9)
+    assert fit.network.beta == pytest.approx(NET.beta, rel=1e-9)
+    assert fit.relative_rms < 1e-9 and fit.points == 6
+
+
+def test_fit_of_the_saved_allreduce_run_describes_it():
+    """The saved 2-rank gloo timings follow α + S·β closely; the fit reports how closely."""
+    fit = load_fit("benchmarks/allreduce-cpu.json", "gloo", world_size=2)
+    assert fit.points >= 2 and fit.relative_rms < 0.25
+    assert 0 < fit.network.alpha < 1e-2 and 0.1 < fit.network.gb_per_s < 100
+
+
+def test_accumulation_multiplies_compute_and_keeps_one_sync():
+    one = step_time(Workload(100e6, 1e-3, 32), 8, PRESETS["pcie4"])
+    four = step_time(Workload(100e6, 1e-3, 32, accumulation=4), 8, PRESETS["pcie4"])
+    assert four.compute == pytest.approx(4 * one.compute)
+    assert four.sync == pytest.approx(one.sync)
+    assert four.samples_per_s > one.samples_per_s
+
+
+def test_bf16_gradients_halve_the_bytes_term():
+    fp32 = step_time(Workload(100e6, 1e-3, 32, overlap=False), 2, Network(0.0, 1e-9))
+    bf16 = step_time(Workload(100e6, 1e-3, 32, gradient_dtype="bf16", overlap=False), 2, Network(0.0, 1e-9))
+    assert bf16.sync == pytest.approx(fp32.sync / 2)
+
+
+def test_overlap_hides_all_but_what_the_backward_cannot_cover():
+    work = Workload(50e6, 1e-3, 64)  # 200 MB of gradients in 8 buckets; backward 2/3 of 64 ms
+    hidden = step_time(work, 8, PRESETS["nvlink4"])
+    exposed = step_time(Workload(50e6, 1e-3, 64, overlap=False), 8, PRESETS["nvlink4"])
+    assert exposed.exposed_sync == pytest.approx(exposed.sync)
+    # Fast links: every bucket's allreduce ends before the next bucket is ready, so only the last
+    # bucket's allreduce, after the backward pass, shows.
+    assert hidden.exposed_sync == pytest.approx(hidden.sync / math.ceil(200e6 / (25 * 2**20)))
+
+
+def test_simulate_gives_speedup_and_efficiency_against_one_rank():
+    steps = simulate(Workload(100e6, 0.5e-3, 64), [1, 2, 8], PRESETS["pcie4"])
+    assert steps[0].speedup == 1 and steps[0].exposed_sync == 0
+    for s in steps:
+        assert s.speedup == pytest.approx(s.world_size * steps[0].step / s.step)
+        assert s.efficiency == pytest.approx(s.speedup / s.world_size)
+
+
+@pytest.mark.parametrize(
+    ("make", "names"),
+    [
+        (lambda: Workload(0, 1e-3, 8), "params"),
+        (lambda: Workload(1e6, -1, 8), "compute_per_sample"),
+        (lambda: Workload(1e6, 1e-3, 8, accumulation=0), "accumulation"),
+        (lambda: Workload(1e6, 1e-3, 8, gradient_dtype="fp8"), "gradient_dtype"),
+        (lambda: Network.from_bandwidth(0, 1), "bandwidth"),
+        (lambda: allreduce_terms(4, "butterfly"), "algorithm"),
+        (lambda: allreduce_terms(0), "world_size"),
+        (lambda: fit_alpha_beta([{"impl": "gloo", "world_size": 2, "bytes": 4, "time_s": 1e-4}]), "records"),
+    ],
+)
+def test_bad_api_input_raises_a_value_error_naming_the_argument(make, names):
+    with pytest.raises(ValueError, match=names):
+        make()
+
+
+def test_sim_prints_a_table_and_json_with_the_same_numbers(capsys, tmp_path):
+    argv = ["sim", "--params", "100M", "--compute-per-sample", "0.5", "--micro-batch", "64", "--world-sizes", "1,8"]
+    assert cli.main([*argv, "--plot", str(tmp_path / "s.svg")]) == 0
+    table = capsys.readouterr().out
+    assert cli.main([*argv, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    expected = simulate(Workload(100e6, 0.5e-3, 64), [1, 8], PRESETS["pcie4"])
+    assert [s["speedup"] for s in data["steps"]] == pytest.approx([s.speedup for s in expected])
+    assert f"{expected[1].speedup:.2f}x" in table.splitlines()[-1]
+    assert (tmp_path / "s.svg").read_text().startswith("<?xml")
+
+
+def test_sim_with_a_fit_reads_the_saved_benchmark(capsys):
+    assert cli.main(["sim", "--params", "8.4M", "--compute-per-sample", "3.8", "--micro-batch", "8",
+                     "--fit", "benchmarks/allreduce-cpu.json", "--fit-world-size", "2"]) == 0  # fmt: skip
+    assert "relative RMS error" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        ["--params", "4XB"],
+        ["--params", "0"],
+        ["--algorithm", "butterfly"],
+        ["--world-sizes", "0,2"],
+        ["--accumulation", "0"],
+        ["--compute-per-sample", "-1"],
+        ["--network", "carrier-pigeon"],
+        ["--bandwidth", "10"],
+        ["--bandwidth", "0", "--latency", "5"],
+        ["--gradient-dtype", "fp8"],
+        ["--fit", "pyproject.toml"],
+        ["--fit", "benchmarks/scaling-cpu.json"],
+    ],
+)
+def test_bad_sim_arguments_get_one_line_and_exit_2(extra, capsys):
+    base = {"--params": "1M", "--compute-per-sample": "1", "--micro-batch": "8"}
+    for flag, value in zip(extra[::2], extra[1::2]):
+        base[flag] = value
+    argv = ["sim", *[x for kv in base.items() for x in kv]]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "\n" not in err
