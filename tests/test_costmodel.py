@@ -14,6 +14,7 @@ from distdocs.costmodel import (
     allreduce_seconds,
     allreduce_terms,
     fit_alpha_beta,
+    from_scaling,
     load_fit,
     simulate,
     step_time,
@@ -157,3 +158,21 @@ def test_bad_sim_arguments_get_one_line_and_exit_2(extra, capsys):
     assert cli.main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: ") and "\n" not in err
+
+
+def test_calibration_on_the_saved_scaling_run_reproduces_its_two_rank_speedup():
+    """By construction: the 1-rank step is the compute and the 2-rank step's extra time the sync."""
+    with open("benchmarks/scaling-cpu.json") as f:
+        records = json.load(f)["records"]
+    for model in ("compute-bound", "sync-bound"):
+        for k in (1, 4):
+            work, network = from_scaling(records, model, k)
+            measured = next(r for r in records if (r["model"], r["accumulation"], r["world_size"]) == (model, k, 2))
+            two = simulate(work, [1, 2], network)[1]
+            assert two.speedup == pytest.approx(measured["speedup"], rel=1e-9)
+
+
+def test_sim_measured_needs_a_model_and_a_scaling_file(capsys):
+    assert cli.main(["sim", "--measured", "benchmarks/scaling-cpu.json"]) == 2
+    assert cli.main(["sim", "--measured", "benchmarks/allreduce-cpu.json", "--model", "sync-bound"]) == 2
+    assert cli.main(["sim", "--measured", "benchmarks/scaling-cpu.json", "--model", "sync-bound"]) == 0

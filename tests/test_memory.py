@@ -59,3 +59,16 @@ def test_bad_memory_arguments_get_one_line_and_exit_2(argv, capsys):
     assert cli.main(["memory", *argv]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: ") and "\n" not in err
+
+
+def test_cluster_lays_the_job_out_as_tensor_pipeline_and_data_degrees(capsys):
+    from distdocs import cli
+
+    argv = ["memory", "--params", "70B", "--layers", "80", "--hidden", "8192", "--seq-len", "4096"]
+    assert cli.main([*argv, "--micro-batch", "1", "--cluster", "1000"]) == 0
+    last = capsys.readouterr().out.splitlines()[-1]
+    # TP 8 x PP 2 = 16 devices a replica; 1000 // 16 = 62 replicas, 1000 - 62 * 16 = 8 left over.
+    assert last == "on 1000 devices: TP 8 x PP 2 x DP 62 (data-parallel replicas of 16 devices), 8 devices left over"
+    assert cli.main([*argv, "--micro-batch", "1", "--cluster", "8"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "on 8 devices: too few for one replica, which needs 16"
+    assert cli.main([*argv, "--micro-batch", "1", "--cluster", "0"]) == 2

@@ -64,37 +64,67 @@ def cmd_memory(args: argparse.Namespace) -> int:
         note = (
             f"estimate: 34*s*b*h bytes x {args.layers} layers, s={args.seq_len}, b={args.micro_batch}, h={args.hidden}"
         )
-    print(memory.report(params, args.precision, args.optimizer, args.devices, args.device_gib, activations, note))
+    if args.cluster is not None and args.cluster < 1:
+        raise UsageError(f"--cluster must be a positive number of devices, not {args.cluster}")
+    print(
+        memory.report(
+            params, args.precision, args.optimizer, args.devices, args.device_gib, activations, note, args.cluster or 0
+        )
+    )
     return 0
+
+
+def _sim_inputs(args: argparse.Namespace):
+    """The workload and network that `distdocs sim` flags describe, and a note on where they came from."""
+    from distdocs import costmodel
+    from distdocs.bench.harness import require
+
+    if args.measured:
+        require(args.model is not None, "--measured needs --model: compute-bound or sync-bound")
+        try:
+            with open(args.measured) as f:
+                records = json.load(f)["records"]
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise UsageError(f"{args.measured}: not a saved scaling benchmark ({e})") from None
+        work, network = costmodel.from_scaling(records, args.model, args.accumulation)
+        return work, network, f"# calibrated on {args.measured}: compute per sample at 1 rank, sync at 2 ranks"
+    require(
+        None not in (args.params, args.compute_per_sample, args.micro_batch),
+        "give --params, --compute-per-sample and --micro-batch, or --measured with --model",
+    )
+    for flag in ("compute_per_sample", "micro_batch", "bucket_mb"):
+        value = getattr(args, flag)
+        require(value > 0 and math.isfinite(value), f"--{flag.replace('_', '-')} must be positive, not {value}")
+    note = ""
+    if args.fit:
+        fit = costmodel.load_fit(args.fit, args.fit_impl, args.fit_world_size)
+        network = fit.network
+        note = f"# fit: {fit.points} timings, relative RMS error {fit.relative_rms:.0%}"
+    elif args.bandwidth is not None or args.latency is not None:
+        require(args.bandwidth is not None and args.latency is not None, "give --bandwidth and --latency together")
+        network = costmodel.Network.from_bandwidth(args.bandwidth, args.latency, "given")
+    else:
+        require(args.network in costmodel.PRESETS, f"--network must be one of {', '.join(costmodel.PRESETS)}")
+        network = costmodel.PRESETS[args.network]
+    work = costmodel.Workload(
+        params=parse_count(args.params),
+        compute_per_sample=args.compute_per_sample / 1e3,
+        micro_batch=args.micro_batch,
+        accumulation=args.accumulation,
+        gradient_dtype=args.gradient_dtype,
+        bucket_bytes=args.bucket_mb * 2**20,
+        overlap=not args.no_overlap,
+    )
+    return work, network, note
 
 
 def cmd_sim(args: argparse.Namespace) -> int:
     from distdocs import costmodel
     from distdocs.bench.harness import parse_list, require
 
-    for flag in ("compute_per_sample", "micro_batch", "accumulation", "bucket_mb"):
-        value = getattr(args, flag)
-        require(value > 0 and math.isfinite(value), f"--{flag.replace('_', '-')} must be positive, not {value}")
+    require(args.accumulation >= 1, f"--accumulation must be at least 1, not {args.accumulation}")
     try:
-        if args.fit:
-            fit = costmodel.load_fit(args.fit, args.fit_impl, args.fit_world_size)
-            network = fit.network
-            note = f"# fit: {fit.points} timings, relative RMS error {fit.relative_rms:.0%}"
-        elif args.bandwidth is not None or args.latency is not None:
-            require(args.bandwidth is not None and args.latency is not None, "give --bandwidth and --latency together")
-            network, note = costmodel.Network.from_bandwidth(args.bandwidth, args.latency, "given"), ""
-        else:
-            require(args.network in costmodel.PRESETS, f"--network must be one of {', '.join(costmodel.PRESETS)}")
-            network, note = costmodel.PRESETS[args.network], ""
-        work = costmodel.Workload(
-            params=parse_count(args.params),
-            compute_per_sample=args.compute_per_sample / 1e3,
-            micro_batch=args.micro_batch,
-            accumulation=args.accumulation,
-            gradient_dtype=args.gradient_dtype,
-            bucket_bytes=args.bucket_mb * 2**20,
-            overlap=not args.no_overlap,
-        )
+        work, network, note = _sim_inputs(args)
         steps = costmodel.simulate(work, parse_list(args.world_sizes, int, "--world-sizes"), network, args.algorithm)
     except ValueError as e:
         raise UsageError(str(e)) from None
@@ -106,11 +136,8 @@ def cmd_sim(args: argparse.Namespace) -> int:
             f.write(speedup_curves({"model": steps}, table.splitlines()[1].lstrip("# ")))
     if args.json:
         rows = [{**vars(s), "step": s.step} for s in steps]
-        print(
-            json.dumps(
-                {"workload": vars(work), "network": vars(network), "algorithm": args.algorithm, "steps": rows}, indent=2
-            )
-        )
+        out = {"workload": vars(work), "network": vars(network), "algorithm": args.algorithm, "steps": rows}
+        print(json.dumps(out, indent=2))
     else:
         print("\n".join(filter(None, [table, note])))
     return 0
@@ -149,6 +176,7 @@ def build_parser() -> argparse.ArgumentParser:
     mem.add_argument("--precision", default="bf16-mixed", help="fp32 or bf16-mixed (default)")
     mem.add_argument("--optimizer", default="adam", help="adam (default) or sgd (with momentum)")
     mem.add_argument("--devices", type=int, default=8, help="data-parallel devices (default: 8)")
+    mem.add_argument("--cluster", type=int, help="devices in the whole job: lay them out as TP x PP x DP")
     mem.add_argument("--device-gib", type=float, default=80, help="memory per device in GiB (default: 80)")
     for flag, text in [
         ("--layers", "transformer layers"),
@@ -160,11 +188,9 @@ def build_parser() -> argparse.ArgumentParser:
     mem.set_defaults(func=cmd_memory)
 
     sim = sub.add_parser("sim", help="predict data-parallel step time and speedup with the cost model")
-    sim.add_argument("--params", required=True, help="parameters whose gradients sync: 8.4M, 1.3B")
-    sim.add_argument(
-        "--compute-per-sample", type=float, required=True, metavar="MS", help="forward + backward per sample, ms"
-    )
-    sim.add_argument("--micro-batch", type=int, required=True, help="samples per rank per micro-batch")
+    sim.add_argument("--params", help="parameters whose gradients sync: 8.4M, 1.3B")
+    sim.add_argument("--compute-per-sample", type=float, metavar="MS", help="forward + backward per sample, ms")
+    sim.add_argument("--micro-batch", type=int, help="samples per rank per micro-batch")
     sim.add_argument("--accumulation", type=int, default=1, help="micro-batches per optimizer step (default: 1)")
     sim.add_argument("--gradient-dtype", default="fp32", help="fp32 (default) or bf16")
     sim.add_argument("--bucket-mb", type=float, default=25, help="DDP bucket size in MiB (default: 25)")
@@ -177,6 +203,8 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--fit", metavar="JSON", help="α and β fitted to a saved `distdocs bench allreduce` run")
     sim.add_argument("--fit-impl", default="gloo", help="which implementation's timings to fit (default: gloo)")
     sim.add_argument("--fit-world-size", type=int, help="fit the timings of this world size only")
+    sim.add_argument("--measured", metavar="JSON", help="calibrate on a saved `distdocs bench scaling` run instead")
+    sim.add_argument("--model", help="with --measured: which of its models, compute-bound or sync-bound")
     sim.add_argument("--json", action="store_true", help="print the workload, network and steps as JSON")
     sim.add_argument("--plot", metavar="SVG", help="also draw speedup against ranks into this SVG file")
     sim.set_defaults(func=cmd_sim)

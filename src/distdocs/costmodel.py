@@ -171,6 +171,30 @@ class Workload:
         return self.params * GRADIENT_BYTES[self.gradient_dtype]
 
 
+def from_scaling(records: list[dict], model: str, accumulation: int = 1) -> tuple[Workload, Network]:
+    """A workload and network calibrated on a saved `distdocs bench scaling` run. The whole 1-rank
+    step counts as compute: what DDP does at one rank (copying gradients into buckets, among
+    others) it does at every size. The links are those that make the 2-rank step as much longer
+    as measured. That extra time is what the backward pass did not hide, so the workload does not
+    overlap it again."""
+    mine = {r["world_size"]: r for r in records if r.get("model") == model and r.get("accumulation") == accumulation}
+    if not {1, 2} <= mine.keys():
+        raise ValueError(f"records: no {model!r} steps with accumulation {accumulation} at 1 and 2 ranks")
+    one, two = mine[1], mine[2]
+    sync = two["step_s"] - one["step_s"]
+    if not sync > 0:
+        raise ValueError(f"records: the 2-rank {model!r} step is no longer than the 1-rank one; nothing to calibrate")
+    work = Workload(
+        params=one["gradient_bytes"] / GRADIENT_BYTES["fp32"],
+        compute_per_sample=one["step_s"] / (one["batch_per_rank"] * accumulation),
+        micro_batch=one["batch_per_rank"],
+        accumulation=accumulation,
+        overlap=False,
+    )
+    # At 2 ranks the ring's bytes factor is 1 and latency is folded into β: β = sync / S.
+    return work, Network(0.0, sync / one["gradient_bytes"], f"this machine's measured {model} sync at 2 ranks")
+
+
 @dataclass(frozen=True)
 class Step:
     world_size: int

@@ -111,6 +111,7 @@ def report(
     device_gib: float = 80,
     activations: float = 0,
     activation_note: str = "",
+    cluster: int = 0,
 ) -> str:
     """The memory report that `distdocs memory` prints."""
     states = bytes_per_parameter(precision, optimizer)
@@ -141,4 +142,13 @@ def report(
             f"tensor x pipeline parallel (TP divides activations, PP does not): at least {t * p} "
             f"devices of {device_gib:g} GiB, TP {t} x PP {p}"
         )
+        if cluster:
+            replicas, spare = divmod(cluster, t * p)
+            if not replicas:
+                lines.append(f"on {cluster} devices: too few for one replica, which needs {t * p}")
+            else:
+                lines.append(
+                    f"on {cluster} devices: TP {t} x PP {p} x DP {replicas} (data-parallel replicas of {t * p} devices)"
+                    + (f", {spare} devices left over" if spare else "")
+                )
     return "\n".join(lines)
