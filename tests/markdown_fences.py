@@ -5,7 +5,8 @@ Kinds, decided from the fence alone:
 - include: its body has a `--8<--` line (pymdownx.snippets); the example it names is run by
   test_examples.py. Python includes carry `notest`, since pytest-markdown-docs would run the line.
 - inline: a python fence that pytest-markdown-docs collects and runs.
-- command: a shell fence whose every line starts with torchrun, python or distdocs (or is `wait`, after
+- command: a shell fence whose every line starts with torchrun, python or distdocs, perhaps after
+  `NAME=value` settings for it (or is `wait`, after
   commands started with `&`); test_docs.py runs it exactly as written. Under a content tab titled
   "GPU ..." it runs only where CUDA is present.
 - output: a `text` fence titled "Output" after a command fence; test_docs.py checks that the command
@@ -30,6 +31,8 @@ COMMAND_PREFIXES = ("torchrun ", "python ", "python3 ", "distdocs")
 NOT_EXECUTED = re.compile(r"^<!--\s*not executed:\s*(.*?)\s*-->$")
 INCLUDE = re.compile(r"""--8<--\s+["']([^"']+)["']""")
 OPEN = re.compile(r"^(\s*)(`{3,}|~{3,})(.*)$")
+# Environment variables set for one command, as in `TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 torchrun ...`.
+ENV_PREFIX = re.compile(r"^(?:[A-Za-z_][A-Za-z0-9_]*=\S*\s+)+")
 TAB = re.compile(r"""^(\s*)===\+?\s+"(.*)"\s*$""")
 
 
@@ -149,7 +152,7 @@ def is_command(fence: Fence) -> bool:
     return (
         fence.lang in SHELL_LANGS
         and bool(lines)
-        and all(ln.startswith(COMMAND_PREFIXES) or ln == "wait" for ln in lines)
+        and all(ENV_PREFIX.sub("", ln).startswith(COMMAND_PREFIXES) or ln == "wait" for ln in lines)
     )
 
 
@@ -192,12 +195,13 @@ def resolve_include(target: str) -> tuple[Path | None, str | None]:
 
 
 def example_command(script: Path) -> str:
-    """The launch command in an example's docstring: its first line that starts with `torchrun`."""
+    """The launch command in an example's docstring: its first line that starts with `torchrun`,
+    after any environment variables it sets."""
     import ast
 
     doc = ast.get_docstring(ast.parse(script.read_text())) or ""
     for line in doc.splitlines():
-        if line.strip().startswith("torchrun "):
+        if ENV_PREFIX.sub("", line.strip()).startswith("torchrun "):
             return line.strip()
     raise AssertionError(f"{script.relative_to(REPO)}: its docstring gives no `torchrun ...` launch command")
 

@@ -1,0 +1,148 @@
+"""Checkpoint every T seconds, as "every 10 minutes" works on a real job: rank 0's clock decides, a
+broadcast tells every rank, and all of them save at the same step.
+
+    torchrun --standalone --nproc_per_node=2 examples/in_production/step02_checkpoint_on_time.py --every 0.2
+
+Rank 0 checks that every rank saved at the same steps, then resumes a fresh model from the newest
+checkpoint and checks that it ends bit for bit where the uninterrupted run ended.
+"""
+
+import argparse
+import gc
+import os
+import sys
+import tempfile
+import time
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+STEPS = 40
+STEP_S = 0.02  # a sleep in each step, standing in for a real step's minutes of compute
+WIDTH = 32
+
+
+def log(*args) -> None:
+    if dist.get_rank() == 0:
+        print(*args, flush=True)
+
+
+def batch(step: int, device: torch.device) -> torch.Tensor:
+    # The data depends only on the step and the rank, so a resumed run sees what the first run saw.
+    g = torch.Generator().manual_seed(1000 * step + dist.get_rank())
+    return torch.randn(8, WIDTH, generator=g).to(device)
+
+
+def train(model, opt, first: int, last: int, device, every: float | None, path: str) -> list[int]:
+    """Steps first..last-1; with `every`, checkpoint whenever rank 0 says T seconds have passed."""
+    saved = []
+    # --8<-- [start:decide]
+    last_save = time.monotonic()
+    for step in range(first, last):
+        model(batch(step, device)).square().mean().backward()
+        opt.step()
+        opt.zero_grad()
+        time.sleep(STEP_S)
+        if every is None:
+            continue
+        # Each rank's clock started at a different moment, and steps end at different moments on
+        # different ranks: deciding locally, ranks would save at different steps. Rank 0 decides.
+        due = torch.tensor([time.monotonic() - last_save >= every], dtype=torch.uint8, device=device)
+        dist.broadcast(due, src=0)
+        if due.item():
+            save_atomically({"model": model.module.state_dict(), "opt": opt.state_dict(), "step": step + 1}, path)
+            saved.append(step + 1)
+            last_save = time.monotonic()
+    # --8<-- [end:decide]
+    return saved
+
+
+# --8<-- [start:save]
+def save_atomically(state: dict, path: str) -> None:
+    """Rank 0 writes a temporary file beside `path`, flushes it to disk, then renames it over `path`:
+    a crash leaves the old checkpoint or the new one, never half of one. Every rank waits for it."""
+    if dist.get_rank() == 0:
+        folder = os.path.dirname(os.path.abspath(path))
+        with tempfile.NamedTemporaryFile(dir=folder, delete=False) as f:
+            torch.save(state, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(f.name, path)  # atomic on POSIX: readers see the old file or the new one
+        fd = os.open(folder, os.O_RDONLY)  # and make the rename itself durable
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    dist.barrier()
+
+
+# --8<-- [end:save]
+
+
+def fresh(device):
+    torch.manual_seed(0)  # the same initial weights on every rank
+    model = DDP(nn.Sequential(nn.Linear(WIDTH, WIDTH), nn.Tanh(), nn.Linear(WIDTH, WIDTH)).to(device))
+    return model, torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+
+
+def run(device: torch.device) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--every", type=float, default=0.2, help="seconds between checkpoints (default: 0.2)")
+    parser.add_argument("--ckpt-dir", default="checkpoints", help="folder for checkpoint.pt (default: checkpoints)")
+    args = parser.parse_args()
+    if not args.every > 0 or args.every >= STEPS * STEP_S:
+        if dist.get_rank() == 0:  # one line, from one rank; every rank exits
+            print(f"error: --every must be above 0 and below the run's {STEPS * STEP_S:g} s", file=sys.stderr)
+        sys.exit(2)
+    os.makedirs(args.ckpt_dir, exist_ok=True)
+    path = os.path.join(args.ckpt_dir, "checkpoint.pt")
+
+    model, opt = fresh(device)
+    saved = train(model, opt, 0, STEPS, device, args.every, path)
+
+    # --8<-- [start:resume]
+    state = torch.load(path, map_location=device, weights_only=True)  # tensors and plain data only
+    resumed, resumed_opt = fresh(device)
+    resumed.module.load_state_dict(state["model"])
+    resumed_opt.load_state_dict(state["opt"])
+    train(resumed, resumed_opt, state["step"], STEPS, device, None, path)
+    # --8<-- [end:resume]
+
+    # --8<-- [start:self_check]
+    everyone = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, saved)
+    assert all(s == saved for s in everyone), f"ranks checkpointed at different steps: {everyone}"
+    assert saved, "no checkpoint was written"
+    for p, q in zip(model.parameters(), resumed.parameters()):
+        assert torch.equal(p, q), "the resumed run ended elsewhere"  # bitwise: same ops, same order
+    # Which steps depends on this machine's speed, so only what holds everywhere is printed.
+    log(f"checkpointed every {args.every:g} s by rank 0's clock: every rank saved at the same steps")
+    log(f"resumed from the newest checkpoint to step {STEPS}: the weights equal the uninterrupted run's, bit for bit")
+    log("self-check passed")
+    # --8<-- [end:self_check]
+
+
+# --8<-- [start:setup]
+def main() -> None:
+    if "LOCAL_RANK" not in os.environ:  # started with python, not torchrun: say how, in one line
+        sys.exit(f"error: launch with torchrun: torchrun --standalone --nproc_per_node=2 {sys.argv[0]}")
+    backend = "nccl" if torch.cuda.is_available() else "gloo"
+    device = torch.device("cpu")
+    if backend == "nccl":
+        device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))  # one GPU per process on a node
+        torch.cuda.set_device(device)
+    # A rank that stops answering fails the others after 60 s, not after gloo's default 30 minutes.
+    dist.init_process_group(backend, timeout=timedelta(seconds=60))
+    try:
+        run(device)  # the work, in a function: its models are garbage once it returns
+    finally:
+        gc.collect()  # free models caught in reference cycles now: freed at exit, they can abort it
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
+# --8<-- [end:setup]
