@@ -176,3 +176,24 @@ def test_sim_measured_needs_a_model_and_a_scaling_file(capsys):
     assert cli.main(["sim", "--measured", "benchmarks/scaling-cpu.json"]) == 2
     assert cli.main(["sim", "--measured", "benchmarks/allreduce-cpu.json", "--model", "sync-bound"]) == 2
     assert cli.main(["sim", "--measured", "benchmarks/scaling-cpu.json", "--model", "sync-bound"]) == 0
+
+
+def test_what_the_production_page_says_of_its_recommendation_model():
+    """docs/practice/in-production.md: 100M parameters, 10 µs a sample, 2048 samples per GPU, 8 GPUs."""
+    at8 = {
+        (net, k): simulate(Workload(100e6, 1e-5, 2048, accumulation=k), [1, 8], PRESETS[net])[1]
+        for net in PRESETS
+        for k in (1, 4)
+    }
+    pcie = at8["pcie4", 1]
+    assert 3.5 < pcie.speedup < 5 and 0.7 < pcie.exposed_sync / pcie.compute < 1.3  # "about as long"
+    assert at8["pcie4", 4].speedup > 5.5  # "well past 4x"
+    assert at8["eth-100g", 1].speedup < pcie.speedup  # "over slower links, 8 GPUs give less"
+    assert at8["nvlink4", 1].speedup > 7.5  # "nowhere near sync-bound"
+    with open("benchmarks/scaling-cpu.json") as f:
+        records = json.load(f)["records"]
+    speedup_at_8 = {}
+    for k in (1, 4):
+        work, network = from_scaling(records, "sync-bound", k)
+        speedup_at_8[k] = simulate(work, [1, 8], network)[1].speedup
+    assert speedup_at_8[4] > speedup_at_8[1]  # "what lifts the speedup at 8 ranks"

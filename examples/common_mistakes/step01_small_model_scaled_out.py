@@ -7,6 +7,7 @@ Rank 0 prints samples/s of one process and of two DDP ranks, with a small and a 
 rank. The numbers depend on the machine; the self-check asserts that DDP trained the same weights.
 """
 
+import datetime
 import gc
 import os
 import platform
@@ -54,7 +55,8 @@ def slowest(seconds: float) -> float:
 
 def run(device: torch.device) -> None:
     rank, world = dist.get_rank(), dist.get_world_size()
-    log(f"# {platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}; rates vary by machine")
+    machine = f"{platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, {datetime.date.today()}"
+    log(f"# {machine}; samples/s vary by machine and load")
     for case, batch in BATCHES.items():
         g = torch.Generator().manual_seed(1)  # the same global batches on every rank
         steps = [(torch.randn(world * batch, WIDTH, generator=g), torch.randn(world * batch, 1, generator=g))]

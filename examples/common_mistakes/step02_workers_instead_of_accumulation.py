@@ -9,6 +9,7 @@ with the bytes synced counted. The rates depend on the machine; the bytes do not
 """
 
 import contextlib
+import datetime
 import gc
 import os
 import platform
@@ -73,7 +74,8 @@ def slowest(seconds: float) -> float:
 
 def run(device: torch.device) -> None:
     rank, world = dist.get_rank(), dist.get_world_size()
-    log(f"# {platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}; rates vary by machine")
+    machine = f"{platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, {datetime.date.today()}"
+    log(f"# {machine}; samples/s vary by machine and load")
     samples = STEPS * K * MICRO_BATCH  # per rank, in the timed steps of every case
     synced = {}
     for case, every in (("mistake: sync every micro-batch", True), ("fix: sync every 8 micro-batches", False)):
