@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import http.server
+import json
 import os
 import re
 import threading
@@ -118,3 +119,105 @@ def test_home_page_and_search_in_chromium(served_site):
     assert not errors, f"console errors: {errors}"
     foreign = [u for u in requests if not u.startswith(served_site) and not u.startswith(("data:", "blob:"))]
     assert not foreign, f"requests to other hosts: {foreign}"
+
+
+def _chromium_or_skip():
+    if not os.path.exists(CHROMIUM):
+        if os.environ.get("CI"):
+            pytest.fail("CI needs Debian's chromium at /usr/bin/chromium; `make test` installs it as root")
+        pytest.skip("no /usr/bin/chromium; `make test` installs it when run as root")
+
+
+def _random_cases(count: int) -> list:
+    import random
+
+    rng = random.Random(0)
+    cases = []
+    for _ in range(count):
+        work = {
+            "params": 10 ** rng.uniform(4, 11),
+            "computePerSample": 10 ** rng.uniform(-7, -1),
+            "microBatch": rng.randint(1, 4096),
+            "accumulation": rng.randint(1, 16),
+            "gradientDtype": rng.choice(["fp32", "bf16"]),
+            "bucketBytes": rng.choice([2**20, 25 * 2**20, 100 * 2**20]),
+            "overlap": rng.random() < 0.5,
+        }
+        net = {"alpha": 10 ** rng.uniform(-7, -3), "beta": 1 / 10 ** rng.uniform(8, 12)}
+        cases.append((work, net, rng.choice(["ring", "tree", "naive"]), [1, 2, 3, 5, 8, 64, 1000]))
+    return cases
+
+
+def test_scaling_explorer_is_the_python_cost_model_and_redraws_when_a_control_moves(served_site):
+    """The page's JavaScript port equals distdocs.costmodel within 1e-9 relative on 300 random
+    inputs; moving a control (typing a bandwidth, pressing a key) redraws the curve that the
+    Python model gives for the new settings."""
+    _chromium_or_skip()
+    from playwright.sync_api import sync_playwright
+
+    from distdocs.costmodel import Network, Workload, simulate
+
+    def python(work: dict, net: dict, algorithm: str, sizes: list) -> list:
+        w = Workload(
+            work["params"],
+            work["computePerSample"],
+            work["microBatch"],
+            work["accumulation"],
+            work["gradientDtype"],
+            work["bucketBytes"],
+            work["overlap"],
+        )
+        return simulate(w, sizes, Network(net["alpha"], net["beta"]), algorithm)
+
+    cases = _random_cases(300)
+    errors = []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page()
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(served_site + "lab/scaling-explorer/", wait_until="networkidle")
+            got = page.evaluate(
+                "cases => cases.map(([w, n, a, s]) => window.distdocsCostModel.simulate(w, s, n, a)"
+                ".map(r => [r.step, r.exposed, r.speedup, r.efficiency]))",
+                cases,
+            )
+            for case, js in zip(cases, got):
+                for r, values in zip(python(*case), js):
+                    assert values == pytest.approx([r.step, r.exposed_sync, r.speedup, r.efficiency], rel=1e-9), case
+
+            speedups = lambda: json.loads(page.locator("#explorer-app").get_attribute("data-speedups"))  # noqa: E731
+            sizes = [2**i for i in range(11)]  # the page's default: up to 1024 workers
+            defaults = {"params": 100e6, "computePerSample": 1e-5, "microBatch": 2048, "accumulation": 1,
+                        "gradientDtype": "fp32", "bucketBytes": 25 * 2**20, "overlap": True}  # fmt: skip
+            pcie = {"alpha": 10 * 1e-6, "beta": 1 / (25 * 1e9)}  # the first preset, distdocs' pcie4
+            assert speedups() == pytest.approx([r.speedup for r in python(defaults, pcie, "ring", sizes)], rel=1e-9)
+
+            page.fill("#explorer-bandwidth", "100")  # four times the bandwidth
+            faster = {**pcie, "beta": 1 / (100 * 1e9)}
+            assert speedups() == pytest.approx([r.speedup for r in python(defaults, faster, "ring", sizes)], rel=1e-9)
+
+            page.focus("#explorer-accumulation")
+            page.keyboard.press("ArrowUp")  # keyboard alone: accumulate 2 micro-batches
+            more = {**defaults, "accumulation": 2}
+            assert speedups() == pytest.approx([r.speedup for r in python(more, faster, "ring", sizes)], rel=1e-9)
+            label = page.locator("#explorer-chart").get_attribute("aria-label")
+            assert "at 1024 workers" in label
+        finally:
+            browser.close()
+    assert not errors, errors
+
+
+def test_lab_notebook_page_is_executed_and_downloadable(site_dir):
+    page = (site_dir / "lab/simulate-data-parallel-sync/index.html").read_text()
+    for step in (1, 2, 3):  # executed at build time, with allow_errors: false
+        assert f"step {step} self-check passed" in page
+    assert "data:image/png;base64" in page  # step 3's plot
+    assert 'href="simulate-data-parallel-sync.ipynb"' in page  # the download button
+    import nbformat
+
+    notebook = nbformat.read(
+        site_dir / "lab/simulate-data-parallel-sync/simulate-data-parallel-sync.ipynb", as_version=4
+    )
+    nbformat.validate(notebook)
+    assert sum(c.cell_type == "code" for c in notebook.cells) >= 10

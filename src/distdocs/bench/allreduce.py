@@ -170,3 +170,39 @@ def format_table(records: list[dict], machine: dict) -> str:
             f"{r['algbw_gbps']:>12.3f} {r['busbw_gbps']:>12.3f} {ratio:>7} {spread:>16}".rstrip()
         )
     return "\n".join(lines)
+
+
+def plot(records: list[dict], machine: dict) -> str:
+    """Bus bandwidth against message size, one line per implementation and world size, with the
+    α-β line fitted to gloo's timings at each world size (distdocs.costmodel.fit_alpha_beta)."""
+    from distdocs.costmodel import allreduce_seconds, fit_alpha_beta
+    from distdocs.figures import pyplot, to_svg
+
+    fig, ax = pyplot().subplots(figsize=(6.4, 4.2))
+    rows = [r for r in records if r["impl"] != "check"]
+    for n, style in zip(sorted({r["world_size"] for r in rows}), ["-", "--", ":"]):
+        for impl, marker in zip(IMPLS, ["o", "s", "^", "x"]):
+            mine = sorted((r for r in rows if (r["impl"], r["world_size"]) == (impl, n)), key=lambda r: r["bytes"])
+            ax.plot(
+                [r["bytes"] for r in mine],
+                [r["busbw_gbps"] for r in mine],
+                marker + style,
+                label=f"{impl}, {n} ranks",
+                alpha=0.8,
+            )
+        fit = fit_alpha_beta(rows, "gloo", world_size=n)
+        sizes = [2.0**k for k in range(16, 27)]
+        busbw = [s * 2 * (n - 1) / n / allreduce_seconds(s, n, fit.network) / 1e9 for s in sizes]
+        ax.plot(
+            sizes,
+            busbw,
+            color="0.5",
+            linestyle=style,
+            linewidth=1,
+            label=f"α-β fit, {n} ranks: α {fit.network.alpha * 1e6:.0f} µs, {fit.network.gb_per_s:.2f} GB/s",
+        )
+    ax.set(xscale="log", xlabel="message size (bytes)", ylabel="bus bandwidth (GB/s)")
+    ax.set_title(f"{machine['cpu']}, {machine['cores']} cores, torch {machine['torch']}, {machine['date']}", fontsize=8)
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    return to_svg(fig)

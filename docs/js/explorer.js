@@ -1,0 +1,181 @@
+/* The scaling explorer: distdocs.costmodel ported line for line, and a chart drawn as plain SVG.
+   tests/test_explorer.py checks this port against the Python model on random inputs in Chromium.
+   No library and no network: the page works offline. */
+(function () {
+  "use strict";
+
+  const GRADIENT_BYTES = { fp32: 4, bf16: 2 };
+  const BACKWARD_SHARE = 2 / 3;
+
+  function allreduceTerms(n, algorithm) {
+    if (algorithm === "ring") return [2 * (n - 1), (2 * (n - 1)) / n];
+    if (algorithm === "tree") {
+      const rounds = n > 1 ? 2 * Math.ceil(Math.log2(n)) : 0;
+      return [rounds, rounds];
+    }
+    if (algorithm === "naive") return [2 * (n - 1), 2 * (n - 1)];
+    throw new Error("unknown algorithm " + algorithm);
+  }
+
+  function allreduceSeconds(nbytes, n, net, algorithm) {
+    const [messages, factor] = allreduceTerms(n, algorithm);
+    return nbytes ? messages * net.alpha + factor * nbytes * net.beta : 0;
+  }
+
+  // work: {params, computePerSample, microBatch, accumulation, gradientDtype, bucketBytes, overlap}
+  function stepTime(work, n, net, algorithm) {
+    const compute = work.computePerSample * work.microBatch * work.accumulation;
+    const gradientBytes = work.params * GRADIENT_BYTES[work.gradientDtype];
+    const buckets = Math.max(1, Math.ceil(gradientBytes / work.bucketBytes));
+    const perBucket = allreduceSeconds(gradientBytes / buckets, n, net, algorithm);
+    const sync = buckets * perBucket;
+    let exposed = sync;
+    if (work.overlap) {
+      const window = BACKWARD_SHARE * work.computePerSample * work.microBatch;
+      let done = 0;
+      for (let i = 1; i <= buckets; i++) done = Math.max(done, (window * i) / buckets) + perBucket;
+      exposed = Math.max(0, done - window);
+    }
+    const samples = n * work.microBatch * work.accumulation;
+    return { n, compute, sync, exposed, step: compute + exposed, samplesPerS: samples / (compute + exposed) };
+  }
+
+  function simulate(work, sizes, net, algorithm) {
+    const one = stepTime(work, 1, net, algorithm).samplesPerS;
+    return sizes.map((n) => {
+      const s = stepTime(work, n, net, algorithm);
+      return Object.assign(s, { speedup: s.samplesPerS / one, efficiency: s.samplesPerS / (one * n) });
+    });
+  }
+
+  window.distdocsCostModel = { allreduceTerms, allreduceSeconds, stepTime, simulate };
+})();
+
+/* The page: read the controls, run the model at 1, 2, 4, ... workers, draw speedup against workers. */
+(function () {
+  "use strict";
+  const SVG = "http://www.w3.org/2000/svg";
+  const W = 640, H = 360, LEFT = 56, RIGHT = 16, TOP = 16, BOTTOM = 48;
+
+  function el(name, attrs, parent) {
+    const node = document.createElementNS(SVG, name);
+    for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, v);
+    if (parent) parent.appendChild(node);
+    return node;
+  }
+
+  function init() {
+    const root = document.getElementById("explorer-app");
+    if (!root) return;
+    const presets = JSON.parse(document.getElementById("explorer-presets").textContent);
+    const field = (id) => root.querySelector("#explorer-" + id);
+    const presetSelect = field("network");
+    for (const [key, p] of Object.entries(presets)) {
+      const option = document.createElement("option");
+      option.value = key;
+      option.textContent = p.name;
+      presetSelect.appendChild(option);
+    }
+
+    function usePreset() {
+      const p = presets[presetSelect.value];
+      field("bandwidth").value = +(1 / p.beta / 1e9).toPrecision(4);
+      field("latency").value = +(p.alpha * 1e6).toPrecision(4);
+    }
+
+    function read() {
+      const num = (id) => Number(field(id).value);
+      return {
+        work: {
+          params: num("params") * 1e6,
+          computePerSample: num("compute") / 1e3,
+          microBatch: num("batch"),
+          accumulation: num("accumulation"),
+          gradientDtype: field("dtype").value,
+          bucketBytes: 25 * 2 ** 20,
+          overlap: field("overlap").checked,
+        },
+        net: { alpha: num("latency") * 1e-6, beta: 1 / (num("bandwidth") * 1e9) },
+        algorithm: field("algorithm").value,
+        maxWorkers: num("workers"),
+      };
+    }
+
+    function valid(c) {
+      const w = c.work;
+      return [w.params, w.computePerSample, w.microBatch, w.accumulation, c.maxWorkers, 1 / c.net.beta].every(
+        (v) => Number.isFinite(v) && v > 0
+      ) && c.net.alpha >= 0;
+    }
+
+    function draw() {
+      const c = read();
+      const status = root.querySelector("#explorer-status");
+      if (!valid(c)) {
+        status.textContent = "Every value must be a positive number (the latency may be 0).";
+        return;
+      }
+      status.textContent = "";
+      const sizes = [];
+      for (let n = 1; n <= c.maxWorkers; n *= 2) sizes.push(n);
+      const rows = window.distdocsCostModel.simulate(c.work, sizes, c.net, c.algorithm);
+      root.dataset.speedups = JSON.stringify(rows.map((r) => r.speedup));
+
+      const top = Math.max(2, sizes[sizes.length - 1]);
+      const x = (n) => LEFT + (Math.log2(n) / Math.log2(top)) * (W - LEFT - RIGHT);
+      const y = (s) => H - BOTTOM - (Math.log2(Math.max(s, 0.25)) + 2) / (Math.log2(top) + 2) * (H - TOP - BOTTOM);
+      const svg = root.querySelector("#explorer-chart");
+      svg.replaceChildren();
+      for (let n = 1; n <= top; n *= 2) {
+        el("line", { x1: x(n), x2: x(n), y1: TOP, y2: H - BOTTOM, class: "explorer-grid" }, svg);
+        el("text", { x: x(n), y: H - BOTTOM + 16, "text-anchor": "middle" }, svg).textContent = n;
+      }
+      for (let s = 0.25; s <= top; s *= 2) {
+        el("line", { x1: LEFT, x2: W - RIGHT, y1: y(s), y2: y(s), class: "explorer-grid" }, svg);
+        el("text", { x: LEFT - 6, y: y(s) + 4, "text-anchor": "end" }, svg).textContent = s < 1 ? s : s + "×";
+      }
+      el("text", { x: (LEFT + W - RIGHT) / 2, y: H - 8, "text-anchor": "middle" }, svg).textContent = "workers";
+      el("text", { x: 14, y: (TOP + H - BOTTOM) / 2, "text-anchor": "middle",
+                   transform: `rotate(-90 14 ${(TOP + H - BOTTOM) / 2})` }, svg).textContent = "speedup";
+      el("line", { x1: x(1), y1: y(1), x2: x(top), y2: y(top), class: "explorer-ideal" }, svg);
+      const bound = rows.find((r) => r.exposed > r.compute);
+      if (bound) {  // from here on the exposed sync outlasts the computation
+        el("line", { x1: x(bound.n), x2: x(bound.n), y1: TOP, y2: H - BOTTOM, class: "explorer-bound" }, svg);
+        el("text", { x: x(bound.n) + 4, y: TOP + 12 }, svg).textContent = "sync-bound from here";
+      }
+      const points = rows.map((r) => `${x(r.n)},${y(r.speedup)}`).join(" ");
+      el("polyline", { points, class: "explorer-model" }, svg);
+      for (const r of rows) el("circle", { cx: x(r.n), cy: y(r.speedup), r: 3.5, class: "explorer-point" }, svg);
+      const last = rows[rows.length - 1];
+      svg.setAttribute(
+        "aria-label",
+        `Modelled speedup against workers, log scales: ${last.speedup.toFixed(2)}× at ${last.n} workers, ` +
+          `efficiency ${(100 * last.efficiency).toFixed(0)}%; ` +
+          (bound ? `sync-bound from ${bound.n} workers; ` : "") + "the dashed line is the ideal n×."
+      );
+
+      const body = root.querySelector("#explorer-table tbody");
+      body.replaceChildren();
+      for (const r of rows) {
+        const tr = document.createElement("tr");
+        for (const v of [r.n, (r.compute * 1e3).toFixed(2), (r.exposed * 1e3).toFixed(2), r.speedup.toFixed(2) + "×",
+                         (100 * r.efficiency).toFixed(0) + "%"]) {
+          const td = document.createElement("td");
+          td.textContent = v;
+          tr.appendChild(td);
+        }
+        body.appendChild(tr);
+      }
+    }
+
+    presetSelect.addEventListener("change", () => { usePreset(); draw(); });
+    root.querySelectorAll("input, select").forEach((i) => {
+      if (i !== presetSelect) i.addEventListener("input", draw);
+    });
+    usePreset();
+    draw();
+  }
+
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", init);
+  else init();
+})();

@@ -1,0 +1,13 @@
+"""The lab notebook runs as a plain script, as a reader without Jupyter runs it, and passes the
+self-check that ends each of its three steps."""
+
+from __future__ import annotations
+
+LAB = "docs/lab/simulate-data-parallel-sync.py"
+
+
+def test_lab_runs_with_plain_python(command_runs):
+    result = command_runs.run_ok(f"python {LAB}")
+    lines = result.stdout.splitlines()
+    for step in (1, 2, 3):
+        assert f"step {step} self-check passed" in lines, result.describe()
