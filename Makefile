@@ -40,7 +40,7 @@ check-upstream: $(STAMP)
 
 # Re-measure the data that the pages quote; the machine is recorded with the numbers.
 bench: $(STAMP)
-	$(BIN)/distdocs bench allreduce --world-sizes 2,4 --sizes 256K,4M,64M --iters 10 --repeat 5 --save benchmarks/allreduce-cpu
+	$(BIN)/distdocs bench allreduce --world-sizes 2,4 --sizes 256K,4M,64M --iters 10 --repeat 5 --save benchmarks/allreduce-cpu --figure docs/assets/allreduce-cpu.svg
 	$(BIN)/distdocs bench pipeline --microbatches 1,2,4,8 --width 1024 --batch 256 --steps 5 --save benchmarks/pipeline-cpu
 	$(BIN)/distdocs bench ddp --batch 256 --width 1024 --steps 10 --save benchmarks/ddp-cpu
 	$(BIN)/distdocs bench buckets --caps 1,5,25,100 --steps 28 --save benchmarks/ddp-buckets-cpu

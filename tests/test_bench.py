@@ -178,6 +178,11 @@ def test_scaling_bench_splits_each_step_and_measures_speedup_against_one_rank():
     assert all(r["speedup"] == 1.0 for r in records if r["world_size"] == 1)
 
 
+def test_saved_allreduce_figure_is_drawn_from_its_data():
+    data = saved("allreduce-cpu")
+    assert (REPO / "docs/assets/allreduce-cpu.svg").read_text() == allreduce.plot(data["records"], data["machine"])
+
+
 def test_saved_scaling_figure_is_drawn_from_its_data():
     data = saved("scaling-cpu")
     assert (REPO / "docs/assets/scaling-cpu.svg").read_text() == scaling.plot(data["records"], data["machine"])
