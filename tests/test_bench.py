@@ -9,8 +9,9 @@ import json
 import pytest
 
 from distdocs import cli
-from distdocs.bench import allreduce, buckets, ddp, pipeline, precision, scaling
+from distdocs.bench import allreduce, buckets, ddp, pipeline, precision, prediction, scaling
 from distdocs.bench.harness import UsageError, median_after_warmup, parse_size
+from distdocs.costmodel import Network
 
 from markdown_fences import REPO
 
@@ -51,6 +52,7 @@ def test_median_leaves_out_the_warmup():
         (buckets, "ddp-buckets-cpu"),
         (precision, "precision-cpu"),
         (scaling, "scaling-cpu"),
+        (prediction, "prediction-cpu"),
     ],
 )
 def test_saved_table_is_generated_from_its_data(module, name):
@@ -183,6 +185,34 @@ def test_saved_allreduce_figure_is_drawn_from_its_data():
     assert (REPO / "docs/assets/allreduce-cpu.svg").read_text() == allreduce.plot(data["records"], data["machine"])
 
 
+def test_saved_prediction_is_drawn_from_its_data_and_supports_what_the_lab_says():
+    data = saved("prediction-cpu")
+    records, machine = data["records"], data["machine"]
+    assert (REPO / "docs/assets/prediction-cpu.svg").read_text() == prediction.plot(records, machine)
+    at = {(r["model"], r["accumulation"], r["world_size"]): r for r in records}
+    for r in records:
+        if r["world_size"] == 1:  # "at one rank the prediction is the measurement by construction"
+            assert r["ratio"] == pytest.approx(1.0)
+    # "the model comes in short" at two ranks, and the two terms the lab names are there in the data:
+    assert all(r["ratio"] < 1 for r in records if r["world_size"] == 2)
+    assert at["compute-bound", 1, 2]["compute_n_s"] > at["compute-bound", 1, 2]["compute_1_s"]
+    assert at["sync-bound", 1, 2]["measured_sync_s"] > at["sync-bound", 1, 2]["modelled_sync_s"]
+
+
+def test_prediction_compares_each_setting_with_the_model_fed_from_other_runs():
+    measured = [
+        {"model": "m", "accumulation": 1, "world_size": n, "batch_per_rank": 10, "gradient_bytes": 4_000_000,
+         "step_s": step, "compute_s": compute}
+        for n, step, compute in ((1, 0.012, 0.010), (2, 0.020, 0.011))
+    ]  # fmt: skip
+    net = Network(0.0, 1e-9)  # 1 GB/s: 4 MB take 4 ms at 2 ranks
+    one, two = prediction.compare(measured, net)
+    assert one["predicted_step_s"] == pytest.approx(0.012)  # compute + DDP's 2 ms of its own work
+    assert two["predicted_step_s"] == pytest.approx(0.010 + 0.004 + 0.002)
+    assert two["measured_sync_s"] == pytest.approx(0.020 - 0.011 - 0.002)
+    assert two["ratio"] == pytest.approx(0.016 / 0.020)
+
+
 def test_saved_scaling_figure_is_drawn_from_its_data():
     data = saved("scaling-cpu")
     assert (REPO / "docs/assets/scaling-cpu.svg").read_text() == scaling.plot(data["records"], data["machine"])
@@ -223,6 +253,8 @@ def test_saved_scaling_supports_what_the_scaling_page_says():
         ["scaling", "--world-sizes", "2,4"],
         ["scaling", "--accumulation", "0"],
         ["scaling", "--scale", "2"],
+        ["prediction", "--steps", "0"],
+        ["prediction", "--accumulation", "0"],
     ],
 )
 def test_bad_bench_arguments_get_one_line_and_exit_2(argv, capsys):

@@ -212,7 +212,8 @@ print(
 # samples per rank: 1 MiB of gradients and lots of arithmetic) and a *sync-heavy* one (eight layers
 # of width 1024, 8 samples per rank: 32 MiB of gradients and little arithmetic). `distdocs bench
 # scaling` trains each with DDP and times every step twice: as it is, and under `no_sync()`, which
-# gives the computation alone. The model takes that computation per sample from the 1-rank run.
+# gives the computation alone. The model takes its computation per sample from the whole 1-rank
+# step: what DDP does there (copying gradients into its buckets) it does at every size.
 
 # %%
 cores = os.cpu_count() or 1
@@ -245,7 +246,7 @@ for name, style in (("compute-bound", "o-"), ("sync-bound", "s-")):
     one = measured[name, 1]
     work = Workload(
         params=one["gradient_bytes"] / 4,
-        compute_per_sample=one["compute_s"] / one["batch_per_rank"],
+        compute_per_sample=one["step_s"] / one["batch_per_rank"],
         micro_batch=one["batch_per_rank"],
         overlap=False,
     )
@@ -280,10 +281,11 @@ ax.set_title(f"model against measurement on {run['machine']['cpu']}, {cores} cor
 fig.tight_layout()  # Jupyter shows the figure under the cell; run as a script, it draws nothing
 
 # %%
-for name in predicted:
-    for n in sizes[1:]:
-        ratio = predicted[name][n].step / measured[name, n]["step_s"]
-        print(f"{name} at {n} ranks: predicted / measured step time = {ratio:.2f}")
+from distdocs.bench.prediction import compare
+
+for r in compare(run["records"], net):
+    if r["world_size"] > 1:
+        print(f"{r['model']} at {r['world_size']} ranks: predicted / measured step time = {r['ratio']:.2f}")
 
 # %% [markdown]
 # The sync-heavy model's curve bends over at once: its 32 MiB allreduce costs more than its few
@@ -303,6 +305,35 @@ first_bound = {
 }
 assert first_bound["sync-bound"] < first_bound["compute-bound"]
 print("step 3 self-check passed")
+
+# %% [markdown]
+# ### How good is the model? A saved comparison
+#
+# `distdocs bench prediction` does the same comparison more carefully, with and without
+# accumulation, and `make bench` saved its run from the machine that built this site. The model's
+# inputs come from other runs than the one predicted: the computation per sample and DDP's own work
+# per sync from the 1-rank run, α and β from an allreduce sweep. The last two columns split any
+# miss into its two terms: the computation at n ranks against at 1, and the sync that DDP paid
+# against the α-β allreduce of the same bytes.
+
+# %%
+from pathlib import Path
+
+saved = next(
+    p / "benchmarks/prediction-cpu.txt"
+    for p in [Path.cwd(), *Path.cwd().parents]
+    if (p / "benchmarks/prediction-cpu.txt").exists()
+)
+print(saved.read_text())
+
+# %% [markdown]
+# At one rank the prediction is the measurement by construction. At two, the model comes in short,
+# and the columns say where. Two ranks on one CPU slow each other's computation down: they share
+# its memory bandwidth and caches, which no term of the model describes. And the sync that DDP
+# pays is longer than a bare allreduce of the same bytes: DDP copies each gradient into its bucket
+# and back and divides by the world size, passes over the whole gradient that the α-β model leaves
+# out (`gradient_as_bucket_view=True` saves the copy back). Those two terms, not α or β, are what a
+# better CPU model would add.
 
 # %% [markdown]
 # **Exercise.** With the same network, how many samples per rank would the sync-heavy model need

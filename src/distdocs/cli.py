@@ -19,6 +19,7 @@ BENCHMARKS = {
     "buckets": "torch DDP's bucket_cap_mb and gradient_as_bucket_view: step time and memory, 2 ranks",
     "precision": "float32 against bfloat16 autocast in DDP: step time and what a forward keeps, 2 ranks",
     "scaling": "samples/s at 1, 2 and 4 ranks, compute- and sync-bound, with and without accumulation",
+    "prediction": "the cost model's DDP step time against the measured one, at 1 and 2 ranks",
 }
 
 

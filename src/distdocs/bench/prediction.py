@@ -1,0 +1,121 @@
+"""The cost model against measurement: the DDP step time that distdocs.costmodel predicts at 1 and 2
+ranks, next to the measured one, for a compute-bound and a sync-bound model, each with and without
+accumulation.
+
+The model's inputs come from runs that are not the one predicted: the computation per sample and
+DDP's own per-sync work (copying gradients into its buckets and back) from the 1-rank run, and α
+and β from a gloo allreduce sweep at 2 ranks. On CPU ranks the sync does not overlap the backward
+pass (each rank's core does both), so the model adds it whole. Each record also splits the
+difference: computation at n ranks against at 1, and the sync DDP paid against the α-β sync.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from distdocs.bench.allreduce import bench_allreduce
+from distdocs.bench.harness import machine_line, parse_list, require
+from distdocs.bench.scaling import MODELS, bench_scaling
+from distdocs.costmodel import Network, Workload, fit_alpha_beta, step_time
+
+SWEEP_SIZES = [2**18, 2**20, 2**22, 2**24, 2**26]  # 256 KiB to 64 MiB, around the models' gradients
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--accumulation", default="1,4", help="micro-batches per step, comma-separated (default: 1,4)")
+    parser.add_argument("--steps", type=int, default=8, help="timed steps per setting (default: 8)")
+
+
+def main(args: argparse.Namespace, progress=None) -> list[dict]:
+    accumulation = parse_list(args.accumulation, int, "--accumulation")
+    require(args.steps >= 1, "--steps must be positive")
+    if progress:
+        progress("allreduce sweep at 2 ranks, for alpha and beta")
+    sweep = bench_allreduce([2], SWEEP_SIZES, iters=5)
+    fit = fit_alpha_beta(sweep, "gloo", world_size=2)
+    measured = bench_scaling([1, 2], accumulation, args.steps, MODELS, progress)
+    return compare(measured, fit.network, fit.relative_rms)
+
+
+def compare(measured: list[dict], network: Network, fit_rms: float = 0.0) -> list[dict]:
+    """Predicted and measured step time for every scaling record, with the terms split."""
+    one = {(r["model"], r["accumulation"]): r for r in measured if r["world_size"] == 1}
+    records = []
+    for r in measured:
+        base = one[r["model"], r["accumulation"]]
+        k, batch = r["accumulation"], r["batch_per_rank"]
+        ddp_work = base["step_s"] - base["compute_s"]  # what DDP adds at one rank, where nothing is sent
+        work = Workload(
+            params=r["gradient_bytes"] / 4,
+            compute_per_sample=base["compute_s"] / (batch * k),
+            micro_batch=batch,
+            accumulation=k,
+            overlap=False,
+        )
+        model = step_time(work, r["world_size"], network)
+        predicted = model.step + ddp_work
+        records.append(
+            {
+                "model": r["model"],
+                "accumulation": k,
+                "world_size": r["world_size"],
+                "measured_step_s": r["step_s"],
+                "predicted_step_s": predicted,
+                "ratio": predicted / r["step_s"],
+                "compute_1_s": base["compute_s"],
+                "compute_n_s": r["compute_s"],
+                "ddp_work_s": ddp_work,
+                "modelled_sync_s": model.sync,
+                "measured_sync_s": r["step_s"] - r["compute_s"] - ddp_work,
+                "gradient_bytes": r["gradient_bytes"],
+                "alpha_s": network.alpha,
+                "beta_s_per_byte": network.beta,
+                "fit_relative_rms": fit_rms,
+            }
+        )
+    return records
+
+
+def format_table(records: list[dict], machine: dict) -> str:
+    first = records[0]
+    fit = (
+        f"alpha {first['alpha_s'] * 1e6:.0f} us, {1 / first['beta_s_per_byte'] / 1e9:.2f} GB/s "
+        f"(fit to gloo at 2 ranks, RMS error {first['fit_relative_rms']:.0%})"
+    )
+    lines = [
+        machine_line(machine, fit),
+        f"{'model':>13} {'accum':>5} {'ranks':>5} {'measured':>9} {'predicted':>9} {'ratio':>6} "
+        f"{'compute 1->n (ms)':>17} {'sync: DDP / a-b (ms)':>20}",
+    ]
+    for r in records:
+        lines.append(
+            f"{r['model']:>13} {r['accumulation']:>5} {r['world_size']:>5} {r['measured_step_s'] * 1e3:>9.1f} "
+            f"{r['predicted_step_s'] * 1e3:>9.1f} {r['ratio']:>6.2f} "
+            f"{r['compute_1_s'] * 1e3:>8.1f} -> {r['compute_n_s'] * 1e3:>5.1f} "
+            f"{r['measured_sync_s'] * 1e3:>11.1f} / {r['modelled_sync_s'] * 1e3:>5.1f}"
+        )
+    return "\n".join(lines)
+
+
+def plot(records: list[dict], machine: dict) -> str:
+    """Predicted against measured step time, one point per setting, with the line where they agree."""
+    from distdocs.figures import pyplot, to_svg
+
+    fig, ax = pyplot().subplots(figsize=(5.6, 4.6))
+    top = max(max(r["measured_step_s"], r["predicted_step_s"]) for r in records) * 1e3 * 1.1
+    ax.plot([0, top], [0, top], color="0.6", linestyle="--", label="predicted = measured")
+    for (model, n), marker in zip(sorted({(r["model"], r["world_size"]) for r in records}), ["o", "s", "^", "D"]):
+        mine = [r for r in records if (r["model"], r["world_size"]) == (model, n)]
+        counts = ", ".join(str(r["accumulation"]) for r in mine)
+        ax.plot(
+            [r["measured_step_s"] * 1e3 for r in mine],
+            [r["predicted_step_s"] * 1e3 for r in mine],
+            marker,
+            linestyle="none",
+            label=f"{model}, {n} rank{'s' if n > 1 else ''} (accumulation {counts})",
+        )
+    ax.set(xlabel="measured DDP step (ms)", ylabel="predicted step (ms)", xlim=(0, top), ylim=(0, top))
+    ax.set_title(f"{machine['cpu']}, {machine['cores']} cores, torch {machine['torch']}, {machine['date']}", fontsize=8)
+    ax.legend(fontsize=7, loc="upper left")
+    fig.tight_layout()
+    return to_svg(fig)
