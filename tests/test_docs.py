@@ -107,3 +107,16 @@ def rewrite_output_block(fence, actual: str) -> None:
     body = [indent + ln + "\n" if ln else "\n" for ln in actual.strip("\n").splitlines()]
     lines[fresh.line : fresh.line + old_length] = body
     fence.path.write_text("".join(lines))
+
+
+def test_reference_page_documents_every_subcommand():
+    """docs/reference/cli.md shows the --help of every `distdocs` subcommand and benchmark."""
+    import argparse
+
+    from distdocs import cli
+
+    text = (DOCS / "reference/cli.md").read_text()
+    commands = next(a for a in cli.build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    missing = [f"distdocs {name} --help" for name in commands.choices if f"distdocs {name} --help" not in text]
+    missing += [f"distdocs bench {n} --help" for n in cli.BENCHMARKS if f"distdocs bench {n} --help" not in text]
+    assert not missing, f"subcommands without a section on the reference page: {missing}"

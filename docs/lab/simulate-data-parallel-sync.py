@@ -277,7 +277,11 @@ ax.set(xscale="log", yscale="log", xlabel="workers", ylabel="speedup in samples/
 ax.set_xticks(workers, [str(n) for n in workers])
 ax.minorticks_off()
 ax.legend(fontsize=8)
-ax.set_title(f"model against measurement on {run['machine']['cpu']}, {cores} cores", fontsize=8)
+machine = run["machine"]
+ax.set_title(
+    f"model against measurement: {machine['cpu']}, {cores} cores, torch {machine['torch']}, {machine['date']}",
+    fontsize=8,
+)
 fig.tight_layout()  # Jupyter shows the figure under the cell; run as a script, it draws nothing
 
 # %%
