@@ -197,6 +197,10 @@ def test_saved_prediction_is_drawn_from_its_data_and_supports_what_the_lab_says(
     assert all(r["ratio"] < 1 for r in records if r["world_size"] == 2)
     assert at["compute-bound", 1, 2]["compute_n_s"] > at["compute-bound", 1, 2]["compute_1_s"]
     assert at["sync-bound", 1, 2]["measured_sync_s"] > at["sync-bound", 1, 2]["modelled_sync_s"]
+    # "with the computation measured at two ranks in its place, the prediction comes closer"
+    for r in records:
+        if r["world_size"] == 2 and r["compute_n_s"] > r["compute_1_s"]:
+            assert abs(1 - r["ratio_given_compute"]) < abs(1 - r["ratio"])
 
 
 def test_prediction_compares_each_setting_with_the_model_fed_from_other_runs():
@@ -211,6 +215,7 @@ def test_prediction_compares_each_setting_with_the_model_fed_from_other_runs():
     assert two["predicted_step_s"] == pytest.approx(0.010 + 0.004 + 0.002)
     assert two["measured_sync_s"] == pytest.approx(0.020 - 0.011 - 0.002)
     assert two["ratio"] == pytest.approx(0.016 / 0.020)
+    assert two["ratio_given_compute"] == pytest.approx((0.011 + 0.004 + 0.002) / 0.020)
 
 
 def test_saved_scaling_figure_is_drawn_from_its_data():

@@ -336,8 +336,9 @@ print(saved.read_text())
 # its memory bandwidth and caches, which no term of the model describes. And the sync that DDP
 # pays is longer than a bare allreduce of the same bytes: DDP copies each gradient into its bucket
 # and back and divides by the world size, passes over the whole gradient that the α-β model leaves
-# out (`gradient_as_bucket_view=True` saves the copy back). Those two terms, not α or β, are what a
-# better CPU model would add.
+# out (`gradient_as_bucket_view=True` saves the copy back). With the computation measured at two
+# ranks in place of the 1-rank one (the last column), the prediction comes closer; what remains is
+# the sync term. Those two terms, not α or β, are what a better CPU model would add.
 
 # %% [markdown]
 # **Exercise.** With the same network, how many samples per rank would the sync-heavy model need
