@@ -45,7 +45,7 @@ bench: $(STAMP)
 	$(BIN)/distdocs bench ddp --batch 256 --width 1024 --steps 10 --save benchmarks/ddp-cpu
 	$(BIN)/distdocs bench buckets --caps 1,5,25,100 --steps 28 --save benchmarks/ddp-buckets-cpu
 	$(BIN)/distdocs bench precision --width 1024 --depth 4 --batch 256 --steps 10 --save benchmarks/precision-cpu
-	$(BIN)/distdocs bench prediction --accumulation 1,4 --steps 8 --save benchmarks/prediction-cpu --figure docs/assets/prediction-cpu.svg
+	$(BIN)/distdocs bench prediction --accumulation 1,4 --steps 8 --repeat 3 --save benchmarks/prediction-cpu --figure docs/assets/prediction-cpu.svg
 	$(BIN)/distdocs bench scaling --world-sizes 1,2,4 --accumulation 1,4 --steps 8 --save benchmarks/scaling-cpu --figure docs/assets/scaling-cpu.svg
 	PATH=$(BIN):$$PATH torchrun --standalone --nproc_per_node=2 examples/lr_scaling/step01_linear_rule.py --save benchmarks/lr-scaling-cpu.json
 	$(BIN)/python -m distdocs.figures loss-curves benchmarks/lr-scaling-cpu.json docs/assets/lr-scaling-cpu.svg

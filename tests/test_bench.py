@@ -218,6 +218,13 @@ def test_prediction_compares_each_setting_with_the_model_fed_from_other_runs():
     assert two["ratio_given_compute"] == pytest.approx((0.011 + 0.004 + 0.002) / 0.020)
 
 
+def test_prediction_keeps_the_median_of_repeated_runs_and_the_spread_of_the_ratio():
+    runs = [[{"model": "m", "world_size": 2, "ratio": r, "measured_step_s": r / 10}] for r in (0.9, 0.8, 1.1)]
+    (row,) = prediction.merge_runs(runs)
+    assert row["ratio"] == 0.9 and row["measured_step_s"] == pytest.approx(0.09)
+    assert row["ratio_range"] == [0.8, 1.1] and row["repeats"] == 3 and row["model"] == "m"
+
+
 def test_saved_scaling_figure_is_drawn_from_its_data():
     data = saved("scaling-cpu")
     assert (REPO / "docs/assets/scaling-cpu.svg").read_text() == scaling.plot(data["records"], data["machine"])
@@ -260,6 +267,7 @@ def test_saved_scaling_supports_what_the_scaling_page_says():
         ["scaling", "--scale", "2"],
         ["prediction", "--steps", "0"],
         ["prediction", "--accumulation", "0"],
+        ["prediction", "--repeat", "0"],
     ],
 )
 def test_bad_bench_arguments_get_one_line_and_exit_2(argv, capsys):

@@ -282,7 +282,22 @@ ax.set_title(
     f"model against measurement: {machine['cpu']}, {cores} cores, torch {machine['torch']}, {machine['date']}",
     fontsize=8,
 )
-fig.tight_layout()  # Jupyter shows the figure under the cell; run as a script, it draws nothing
+fig.tight_layout()
+if "ipykernel" in sys.modules:  # in Jupyter (and on the site): show it, with a text alternative
+    import base64
+    import io
+
+    from IPython.display import HTML, display
+
+    png = io.BytesIO()
+    fig.savefig(png, format="png", dpi=100)
+    alt = (
+        "Speedup against workers on log scales: the model's curves for the compute-bound and the sync-bound "
+        "model, this machine's measured speedups as open diamonds, the ideal line dashed, and a dotted line "
+        "where each model's sync outgrows its computation."
+    )
+    display(HTML(f'<img alt="{alt}" src="data:image/png;base64,{base64.b64encode(png.getvalue()).decode()}">'))
+plt.close(fig)
 
 # %%
 from distdocs.bench.prediction import compare

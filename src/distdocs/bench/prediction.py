@@ -13,6 +13,7 @@ ratio once the computation measured at n ranks replaces the 1-rank one.
 from __future__ import annotations
 
 import argparse
+import statistics
 
 from distdocs.bench.allreduce import bench_allreduce
 from distdocs.bench.harness import machine_line, parse_list, require
@@ -25,17 +26,35 @@ SWEEP_SIZES = [2**18, 2**20, 2**22, 2**24, 2**26]  # 256 KiB to 64 MiB, around t
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--accumulation", default="1,4", help="micro-batches per step, comma-separated (default: 1,4)")
     parser.add_argument("--steps", type=int, default=8, help="timed steps per setting (default: 8)")
+    parser.add_argument(
+        "--repeat", type=int, default=3, help="whole comparisons, each in fresh processes; medians kept (default: 3)"
+    )
 
 
 def main(args: argparse.Namespace, progress=None) -> list[dict]:
     accumulation = parse_list(args.accumulation, int, "--accumulation")
-    require(args.steps >= 1, "--steps must be positive")
-    if progress:
-        progress("allreduce sweep at 2 ranks, for alpha and beta")
-    sweep = bench_allreduce([2], SWEEP_SIZES, iters=5)
-    fit = fit_alpha_beta(sweep, "gloo", world_size=2)
-    measured = bench_scaling([1, 2], accumulation, args.steps, MODELS, progress)
-    return compare(measured, fit.network, fit.relative_rms)
+    require(args.steps >= 1 and args.repeat >= 1, "--steps and --repeat must be positive")
+    runs = []
+    for i in range(args.repeat):
+        if progress:
+            progress(f"run {i + 1}/{args.repeat}: allreduce sweep at 2 ranks for alpha and beta, then DDP steps")
+        sweep = bench_allreduce([2], SWEEP_SIZES, iters=10)
+        fit = fit_alpha_beta(sweep, "gloo", world_size=2)
+        runs.append(compare(bench_scaling([1, 2], accumulation, args.steps, MODELS), fit.network, fit.relative_rms))
+    return merge_runs(runs)
+
+
+def merge_runs(runs: list[list[dict]]) -> list[dict]:
+    """Per setting, the median of every number over the runs, and the lowest and highest ratio: on a
+    shared machine the spread between runs is part of the result."""
+    merged = []
+    for i, first in enumerate(runs[0]):
+        same = [run[i] for run in runs]
+        row = {k: (statistics.median(r[k] for r in same) if isinstance(v, float) else v) for k, v in first.items()}
+        row["repeats"] = len(runs)
+        row["ratio_range"] = [min(r["ratio"] for r in same), max(r["ratio"] for r in same)]
+        merged.append(row)
+    return merged
 
 
 def compare(measured: list[dict], network: Network, fit_rms: float = 0.0) -> list[dict]:
@@ -83,13 +102,14 @@ def compare(measured: list[dict], network: Network, fit_rms: float = 0.0) -> lis
 def format_table(records: list[dict], machine: dict) -> str:
     first = records[0]
     fit = (
-        f"alpha {first['alpha_s'] * 1e6:.0f} us, {1 / first['beta_s_per_byte'] / 1e9:.2f} GB/s "
+        f"medians of {first.get('repeats', 1)} runs; alpha {first['alpha_s'] * 1e6:.0f} us, "
+        f"{1 / first['beta_s_per_byte'] / 1e9:.2f} GB/s "
         f"(fit to gloo at 2 ranks, RMS error {first['fit_relative_rms']:.0%})"
     )
     lines = [
         machine_line(machine, fit),
         f"{'model':>13} {'accum':>5} {'ranks':>5} {'measured':>9} {'predicted':>9} {'ratio':>6} "
-        f"{'compute 1->n (ms)':>17} {'sync: DDP / a-b (ms)':>20} {'ratio, compute at n':>19}",
+        f"{'compute 1->n (ms)':>17} {'sync: DDP / a-b (ms)':>20} {'ratio, compute at n':>19} {'ratio range':>11}",
     ]
     for r in records:
         lines.append(
@@ -97,7 +117,7 @@ def format_table(records: list[dict], machine: dict) -> str:
             f"{r['predicted_step_s'] * 1e3:>9.1f} {r['ratio']:>6.2f} "
             f"{r['compute_1_s'] * 1e3:>8.1f} -> {r['compute_n_s'] * 1e3:>5.1f} "
             f"{r['measured_sync_s'] * 1e3:>11.1f} / {r['modelled_sync_s'] * 1e3:>5.1f} "
-            f"{r['ratio_given_compute']:>19.2f}"
+            f"{r['ratio_given_compute']:>19.2f} {r['ratio_range'][0]:>5.2f}-{r['ratio_range'][1]:.2f}"
         )
     return "\n".join(lines)
 
