@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 # Material prints a banner about its successor on every build; it is noise in test logs.
 export NO_MKDOCS_2_WARNING := 1
 
-.PHONY: serve test lint build bench check-upstream lock chromium clean
+.PHONY: soak serve test lint build bench check-upstream lock chromium clean
 
 # The lock pins every package, torch==2.13.0 (a CPU build) among them: an unpinned torch would pull
 # a CUDA build of several GB. The stamp makes the install run again when the lock changes.
@@ -54,6 +54,14 @@ bench: $(STAMP)
 	PATH=$(BIN):$$PATH torchrun --standalone --nproc_per_node=2 examples/profiling/step01_profile_ddp.py --out $$(mktemp -d) --table benchmarks/profile-ddp-cpu.txt
 	PATH=$(BIN):$$PATH torchrun --standalone --nproc_per_node=2 examples/common_mistakes/step01_small_model_scaled_out.py 2>/dev/null > benchmarks/common-mistakes-small-model-cpu.txt
 	PATH=$(BIN):$$PATH torchrun --standalone --nproc_per_node=2 examples/common_mistakes/step02_workers_instead_of_accumulation.py 2>/dev/null > benchmarks/common-mistakes-accumulation-cpu.txt
+	( echo "# $$(uname -m), $$(nproc) cores, torch $$($(BIN)/python -c 'import torch; print(torch.__version__)'), $$(date +%F)"; \
+	  PATH=$(BIN):$$PATH TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 torchrun --standalone --nproc_per_node=2 --max-restarts=1 \
+	    examples/fault_tolerance/step01_resume_after_kill.py --kill-rank 1 --kill-at-step 13 --ckpt-dir $$(mktemp -d) 2>/dev/null ) \
+	  > benchmarks/fault-tolerance-cpu.txt
+
+# Twenty kill points of the fault-tolerant example, drawn at random, each resumed to the same weights.
+soak: $(STAMP)
+	DISTDOCS_SOAK=20 $(BIN)/python -m pytest tests/test_fault_tolerance.py -k kill_point -v
 
 # The browser test drives Debian's chromium through Playwright's Python package. Never run
 # `playwright install`: it downloads a browser, which this network does not allow.

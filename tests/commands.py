@@ -21,9 +21,9 @@ from markdown_fences import REPO
 COMMAND_TIMEOUT_S = 180
 EXIT_CRASH_MARKERS = ("terminate called", "SIGABRT", "Signal 6", "core dumped")
 EXAMPLE_PATH = re.compile(r"\bexamples/[\w/]+\.py\b")
-# The distdocs pieces an example may import, because its page builds them: the ring, BucketedDDP
-# and gpipe_step. Each of these modules imports nothing else from distdocs.
-ALLOWED_IN_EXAMPLES = ("collectives", "ddp", "pipeline")
+# The distdocs pieces an example may import, because its page builds them: the ring, BucketedDDP,
+# gpipe_step and the checkpoint writer. Each of these modules imports nothing else from distdocs.
+ALLOWED_IN_EXAMPLES = ("collectives", "ddp", "pipeline", "checkpoint")
 
 KILL_GRACE_S = 3.0
 # Helpers that end on their own once their parent has gone (multiprocessing's resource tracker, say)

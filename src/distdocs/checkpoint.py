@@ -39,6 +39,7 @@ def _fsync_folder(folder: Path) -> None:
         os.close(fd)
 
 
+# --8<-- [start:write]
 def write_atomically(path: str | os.PathLike, payload: bytes) -> None:
     """Write `payload` to `path` so that a crash at any moment leaves the old file or the new one."""
     path = Path(path)
@@ -55,14 +56,18 @@ def write_atomically(path: str | os.PathLike, payload: bytes) -> None:
     _fsync_folder(path.parent)
 
 
+# --8<-- [end:write]
+
+
 def check_writable(folder: str | os.PathLike) -> Path:
     """Create `folder` if needed and prove a file can be written there, so that a bad folder fails
     before training starts, not at the first save."""
     folder = Path(folder)
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        write_atomically(folder / ".write-probe", b"ok")
-        (folder / ".write-probe").unlink()
+        probe = folder / f".write-probe-{os.getpid()}"  # one per process: ranks may check at once
+        write_atomically(probe, b"ok")
+        probe.unlink()
     except OSError as e:
         raise CheckpointError(f"checkpoint folder {str(folder)!r} is not writable: {e.strerror or e}") from None
     return folder
@@ -105,6 +110,7 @@ def _verified_bytes(path: Path) -> bytes | None:
     return payload if hashlib.sha256(payload).hexdigest() == expected else None
 
 
+# --8<-- [start:load]
 def load_latest_checkpoint(folder: str | os.PathLike, map_location="cpu") -> tuple[int | None, dict | None]:
     """(step, state) of the newest checkpoint whose checksum matches, loaded with weights_only=True
     (tensors and plain containers only: a pickle could run any code). A newest checkpoint that is
@@ -116,6 +122,9 @@ def load_latest_checkpoint(folder: str | os.PathLike, map_location="cpu") -> tup
             continue
         return step, torch.load(io.BytesIO(payload), map_location=map_location, weights_only=True)
     return None, None
+
+
+# --8<-- [end:load]
 
 
 def rng_states() -> dict:

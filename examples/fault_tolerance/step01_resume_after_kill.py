@@ -1,0 +1,197 @@
+"""Training that survives losing a rank: a checkpoint every few steps, and torchrun restarts the job
+from the newest one. With --kill-rank R --kill-at-step K, rank R SIGKILLs itself at step K of the
+first attempt; the run still ends with the same weights as an uninterrupted one, bit for bit.
+
+    TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 torchrun --standalone --nproc_per_node=2 --max-restarts=1 examples/fault_tolerance/step01_resume_after_kill.py --kill-rank 1 --kill-at-step 13
+
+Its last line is weights_sha256=<hex>, a hash of the final parameters. It imports distdocs.checkpoint,
+which the failure-and-recovery page builds: `pip install -e .` from the repository.
+"""
+
+import argparse
+import gc
+import hashlib
+import io
+import os
+import signal
+import sys
+import tempfile
+from datetime import timedelta
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+import distdocs.checkpoint as checkpoint
+
+SAMPLES, BATCH, EPOCHS = 512, 16, 2  # 512 / (2 ranks x 16) = 16 steps an epoch, 32 in all
+
+
+def log(*args) -> None:
+    if dist.get_rank() == 0:
+        print(*args, flush=True)
+
+
+def parse(world: int) -> argparse.Namespace:
+    steps = EPOCHS * SAMPLES // (world * BATCH)
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--ckpt-every", type=int, default=4, help="steps between checkpoints (default: 4)")
+    p.add_argument("--ckpt-dir", default="checkpoints", help="where checkpoints go (default: checkpoints)")
+    p.add_argument("--kill-rank", type=int, help="the rank that kills itself, on the first attempt only")
+    p.add_argument("--kill-at-step", type=int, help="the step at which it does")
+    p.add_argument(
+        "--kill-in-write", type=int, metavar="STEP", help="rank 0 dies halfway through writing this step's checkpoint"
+    )
+    args = p.parse_args()
+    problems = []
+    if args.ckpt_every < 1:
+        problems.append("--ckpt-every must be at least 1")
+    if (args.kill_rank is None) != (args.kill_at_step is None):
+        problems.append("--kill-rank and --kill-at-step go together")
+    elif args.kill_rank is not None and not (0 <= args.kill_rank < world and 0 < args.kill_at_step < steps):
+        problems.append(f"--kill-rank must be in 0..{world - 1} and --kill-at-step in 1..{steps - 1}")
+    if (
+        args.kill_in_write is not None
+        and args.ckpt_every >= 1
+        and not (0 < args.kill_in_write < steps and args.kill_in_write % args.ckpt_every == 0)
+    ):
+        problems.append(f"--kill-in-write must be a checkpoint step (a multiple of --ckpt-every) below {steps}")
+    if problems:
+        if dist.get_rank() == 0:  # one line, from one rank; every rank exits
+            print(f"error: {'; '.join(problems)}", file=sys.stderr)
+        sys.exit(2)
+    args.steps = steps
+    return args
+
+
+def run(device: torch.device) -> None:
+    rank, world = dist.get_rank(), dist.get_world_size()
+    args = parse(world)
+    attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    if attempt == 0 and rank == 0:  # a new launch starts from scratch; a restart resumes
+        for _, old in checkpoint.list_checkpoints(args.ckpt_dir):
+            old.unlink()
+            old.with_name(old.name + ".sha256").unlink(missing_ok=True)
+        for stray in Path(args.ckpt_dir).glob(".step-*"):  # what a write killed halfway left behind
+            stray.unlink()
+    try:
+        checkpoint.check_writable(args.ckpt_dir)  # a bad folder fails now, not at the first save
+    except checkpoint.CheckpointError as e:
+        if rank == 0:  # one line, from one rank; every rank exits
+            print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    dist.barrier()
+
+    model, opt, sched, loader = build(device)
+
+    # --8<-- [start:resume]
+    step, state = checkpoint.load_latest_checkpoint(args.ckpt_dir)
+    if state is None:
+        step = 0
+    else:
+        model.module.load_state_dict(state["model"])
+        opt.load_state_dict(state["opt"])
+        sched.load_state_dict(state["sched"])
+        rng = torch.load(io.BytesIO(state["rng"][rank]), weights_only=True)
+        checkpoint.restore_rng_states(rng)  # this rank's own generators
+    log(f"attempt {attempt}: {'resumed from step ' + str(step) if step else 'starting at step 0'}")
+    # --8<-- [end:resume]
+    train(model, opt, sched, loader, step, device, args, attempt)
+
+    # --8<-- [start:self_check]
+    # The same run, uninterrupted, in this process: the restarted run must end exactly where it does.
+    ref_model, ref_opt, ref_sched, ref_loader = build(device)
+    train(ref_model, ref_opt, ref_sched, ref_loader, 0, device, None, attempt)
+    for p, q in zip(model.parameters(), ref_model.parameters()):
+        assert torch.equal(p, q), "the resumed run ended elsewhere than an uninterrupted one"
+    log("the final weights equal an uninterrupted run's, bit for bit")
+    log("self-check passed")
+    # --8<-- [end:self_check]
+    params = b"".join(p.detach().cpu().contiguous().numpy().tobytes() for p in model.parameters())
+    log(f"weights_sha256={hashlib.sha256(params).hexdigest()}")
+
+
+def build(device: torch.device):
+    g = torch.Generator().manual_seed(0)
+    data = TensorDataset(torch.randn(SAMPLES, 32, generator=g), torch.randn(SAMPLES, 1, generator=g))
+    sampler = DistributedSampler(data, shuffle=True, seed=0)  # the order depends only on seed and epoch
+    # Its own generator: otherwise each new iterator draws from the global one, and a resumed run,
+    # which starts an epoch's iterator again, would draw once more than an uninterrupted one.
+    loader = DataLoader(data, batch_size=BATCH, sampler=sampler, generator=torch.Generator())
+    torch.manual_seed(0)  # the same initial weights on every rank
+    model = DDP(nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Dropout(0.1), nn.Linear(64, 1)).to(device))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=10, gamma=0.5)
+    torch.manual_seed(1000 + dist.get_rank())  # dropout differs per rank, and is restored per rank
+    return model, opt, sched, loader
+
+
+def train(model, opt, sched, loader, step: int, device, args, attempt: int) -> None:
+    """From `step` to the end; with `args`, checkpoint and die as the flags say, else neither."""
+    rank, steps_per_epoch = dist.get_rank(), len(loader)
+    total = EPOCHS * steps_per_epoch
+    # --8<-- [start:train]
+    while step < total:
+        epoch, skip = divmod(step, steps_per_epoch)
+        loader.sampler.set_epoch(epoch)
+        for i, (x, y) in enumerate(loader):
+            if i < skip:  # the sampler position: batches this epoch already trained on
+                continue
+            if args and attempt == 0 and rank == args.kill_rank and step == args.kill_at_step:
+                os.kill(os.getpid(), signal.SIGKILL)  # a lost node: no cleanup, no goodbye
+            nn.functional.mse_loss(model(x.to(device)), y.to(device)).backward()
+            opt.step()
+            opt.zero_grad()
+            sched.step()
+            step += 1
+            if args and step % args.ckpt_every == 0 and step < total:
+                save(model, opt, sched, step, args, attempt)
+            if step == total:
+                break
+    # --8<-- [end:train]
+
+
+# --8<-- [start:save]
+def save(model, opt, sched, step: int, args, attempt: int) -> None:
+    mine = io.BytesIO()
+    torch.save(checkpoint.rng_states(), mine)
+    rngs = [None] * dist.get_world_size()
+    dist.all_gather_object(rngs, mine.getvalue())  # every rank's generators, as bytes, saved by rank 0
+    if dist.get_rank() == 0:
+        state = {"model": model.module.state_dict(), "opt": opt.state_dict(), "sched": sched.state_dict(), "rng": rngs}
+        if attempt == 0 and step == args.kill_in_write:  # die halfway through writing the file
+            with tempfile.NamedTemporaryFile(dir=args.ckpt_dir, prefix=".step-", delete=False) as f:
+                f.write(b"half a checkpoint")
+                f.flush()
+                os.kill(os.getpid(), signal.SIGKILL)
+        checkpoint.save_checkpoint_atomic(state, args.ckpt_dir, step, keep=3)
+    dist.barrier()  # nobody trains past a checkpoint that is not on disk yet
+
+
+# --8<-- [end:save]
+
+
+# --8<-- [start:setup]
+def main() -> None:
+    if "LOCAL_RANK" not in os.environ:  # started with python, not torchrun: say how, in one line
+        sys.exit(f"error: launch with torchrun: torchrun --standalone --nproc_per_node=2 {sys.argv[0]}")
+    backend = "nccl" if torch.cuda.is_available() else "gloo"
+    device = torch.device("cpu")
+    if backend == "nccl":
+        device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))  # one GPU per process on a node
+        torch.cuda.set_device(device)
+    # A rank that stops answering fails the others after 60 s, not after gloo's default 30 minutes.
+    dist.init_process_group(backend, timeout=timedelta(seconds=60))
+    try:
+        run(device)  # the work, in a function: its models are garbage once it returns
+    finally:
+        gc.collect()  # free models caught in reference cycles now: freed at exit, they can abort it
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
+# --8<-- [end:setup]

@@ -1,0 +1,73 @@
+"""examples/fault_tolerance/step01_resume_after_kill.py keeps its contract: whichever rank dies at
+whichever step, and even halfway through writing a checkpoint, the restarted run ends with the same
+weights as an uninterrupted one, bit for bit.
+
+`make test` checks two kill points drawn at random on every run (their ids name them, so a failure
+can be rerun); `make soak` sets DISTDOCS_SOAK=20 and checks twenty."""
+
+from __future__ import annotations
+
+import os
+import random
+
+import pytest
+
+SCRIPT = "examples/fault_tolerance/step01_resume_after_kill.py"
+RESTARTING = f"TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 torchrun --standalone --nproc_per_node=2 --max-restarts=1 {SCRIPT}"
+STEPS = 32  # 2 epochs of 512 samples, 16 per rank and step, on 2 ranks
+POINTS = [(r, k) for r in (0, 1) for k in range(1, STEPS)]
+DRAWN = random.SystemRandom().sample(POINTS, int(os.environ.get("DISTDOCS_SOAK", "2")))
+
+
+def weights_hash(result) -> str:
+    last = result.stdout.strip().splitlines()[-1]
+    assert last.startswith("weights_sha256="), result.describe()
+    return last
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(command_runs) -> str:
+    return weights_hash(command_runs.run_ok(f"torchrun --standalone --nproc_per_node=2 {SCRIPT}"))
+
+
+@pytest.mark.parametrize(("rank", "step"), DRAWN, ids=[f"kill_point-rank{r}-step{k}" for r, k in DRAWN])
+def test_a_rank_killed_at_any_step_resumes_to_the_same_weights(command_runs, uninterrupted, rank, step):
+    result = command_runs.run_ok(f"{RESTARTING} --kill-rank {rank} --kill-at-step {step}")
+    assert f"failed (exitcode: -9) local_rank: {rank}" in result.stderr, result.describe()  # it really died
+    resumed = step // 4 * 4  # the newest checkpoint at or before the kill, one every 4 steps
+    assert f"attempt 1: {'resumed from step ' + str(resumed) if resumed else 'starting at step 0'}" in result.stdout
+    assert weights_hash(result) == uninterrupted
+
+
+def test_a_kill_halfway_through_a_checkpoint_write_falls_back_to_the_one_before(command_runs, uninterrupted):
+    result = command_runs.run_ok(f"{RESTARTING} --kill-in-write 12")
+    assert "failed (exitcode: -9) local_rank: 0" in result.stderr, result.describe()
+    assert "attempt 1: resumed from step 8" in result.stdout, result.describe()
+    assert weights_hash(result) == uninterrupted
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        ("--kill-rank 2 --kill-at-step 5", "error: --kill-rank must be in 0..1 and --kill-at-step in 1..31"),
+        ("--kill-rank 0", "error: --kill-rank and --kill-at-step go together"),
+        (
+            "--kill-in-write 13",
+            "error: --kill-in-write must be a checkpoint step (a multiple of --ckpt-every) below 32",
+        ),
+        ("--ckpt-every 0", "error: --ckpt-every must be at least 1"),
+    ],
+)
+def test_kill_flags_out_of_range_get_one_line_and_exit_2(command_runs, flags, message):
+    result = command_runs.run(f"torchrun --standalone --nproc_per_node=2 {SCRIPT} {flags}")
+    assert result.returncode != 0 and not result.timed_out and not result.leftovers, result.describe()
+    assert result.stderr.count(message) == 1, result.describe()
+    assert "exitcode  : 2" in result.stderr
+
+
+def test_an_unwritable_checkpoint_folder_fails_before_training(command_runs, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    result = command_runs.run(f"torchrun --standalone --nproc_per_node=2 {SCRIPT} --ckpt-dir {blocker}/ckpt")
+    assert result.returncode != 0 and not result.timed_out and not result.leftovers, result.describe()
+    assert "is not writable" in result.stderr and "attempt 0" not in result.stdout, result.describe()
