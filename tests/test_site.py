@@ -81,11 +81,15 @@ def served_site(site_dir):
         server.server_close()
 
 
-def test_home_page_and_search_in_chromium(served_site):
+def _chromium_or_skip():
     if not os.path.exists(CHROMIUM):
         if os.environ.get("CI"):
             pytest.fail("CI needs Debian's chromium at /usr/bin/chromium; `make test` installs it as root")
         pytest.skip("no /usr/bin/chromium; `make test` installs it when run as root")
+
+
+def test_home_page_and_search_in_chromium(served_site):
+    _chromium_or_skip()
     from playwright.sync_api import expect, sync_playwright
 
     requests, errors = [], []
@@ -119,13 +123,6 @@ def test_home_page_and_search_in_chromium(served_site):
     assert not errors, f"console errors: {errors}"
     foreign = [u for u in requests if not u.startswith(served_site) and not u.startswith(("data:", "blob:"))]
     assert not foreign, f"requests to other hosts: {foreign}"
-
-
-def _chromium_or_skip():
-    if not os.path.exists(CHROMIUM):
-        if os.environ.get("CI"):
-            pytest.fail("CI needs Debian's chromium at /usr/bin/chromium; `make test` installs it as root")
-        pytest.skip("no /usr/bin/chromium; `make test` installs it when run as root")
 
 
 def _random_cases(count: int) -> list:
