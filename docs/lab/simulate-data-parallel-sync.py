@@ -236,7 +236,7 @@ for r in run["records"]:
 # %%
 import matplotlib.pyplot as plt
 
-from distdocs.costmodel import Workload, simulate
+from distdocs.costmodel import simulate, workload_from_scaling
 
 workers = [1, 2, 4, 8, 16]
 fig, ax = plt.subplots(figsize=(6.4, 4.2))
@@ -244,12 +244,7 @@ ax.plot(workers, workers, color="0.6", linestyle="--", label="ideal")
 predicted = {}
 for name, style in (("compute-bound", "o-"), ("sync-bound", "s-")):
     one = measured[name, 1]
-    work = Workload(
-        params=one["gradient_bytes"] / 4,
-        compute_per_sample=one["step_s"] / one["batch_per_rank"],
-        micro_batch=one["batch_per_rank"],
-        overlap=False,
-    )
+    work = workload_from_scaling(one)  # the whole 1-rank step as computation; no overlap on CPU
     steps = simulate(work, workers, net)
     predicted[name] = {s.world_size: s for s in steps}
     (line,) = ax.plot(workers, [s.speedup for s in steps], style, label=f"{name}: model")

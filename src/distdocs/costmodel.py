@@ -171,6 +171,20 @@ class Workload:
         return self.params * GRADIENT_BYTES[self.gradient_dtype]
 
 
+def workload_from_scaling(one: dict) -> Workload:
+    """The workload of a 1-rank `distdocs bench scaling` record: its whole DDP step counts as
+    computation (what DDP does at one rank it does at every size), and the sync is not overlapped,
+    as on CPU ranks, whose one core does both."""
+    k = one["accumulation"]
+    return Workload(
+        params=one["gradient_bytes"] / GRADIENT_BYTES["fp32"],
+        compute_per_sample=one["step_s"] / (one["batch_per_rank"] * k),
+        micro_batch=one["batch_per_rank"],
+        accumulation=k,
+        overlap=False,
+    )
+
+
 def from_scaling(records: list[dict], model: str, accumulation: int = 1) -> tuple[Workload, Network]:
     """A workload and network calibrated on a saved `distdocs bench scaling` run. The whole 1-rank
     step counts as compute: what DDP does at one rank (copying gradients into buckets, among
@@ -184,13 +198,7 @@ def from_scaling(records: list[dict], model: str, accumulation: int = 1) -> tupl
     sync = two["step_s"] - one["step_s"]
     if not sync > 0:
         raise ValueError(f"records: the 2-rank {model!r} step is no longer than the 1-rank one; nothing to calibrate")
-    work = Workload(
-        params=one["gradient_bytes"] / GRADIENT_BYTES["fp32"],
-        compute_per_sample=one["step_s"] / (one["batch_per_rank"] * accumulation),
-        micro_batch=one["batch_per_rank"],
-        accumulation=accumulation,
-        overlap=False,
-    )
+    work = workload_from_scaling(one)
     # At 2 ranks the ring's bytes factor is 1 and latency is folded into β: β = sync / S.
     return work, Network(0.0, sync / one["gradient_bytes"], f"this machine's measured {model} sync at 2 ranks")
 

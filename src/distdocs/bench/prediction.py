@@ -18,7 +18,7 @@ import statistics
 from distdocs.bench.allreduce import bench_allreduce
 from distdocs.bench.harness import machine_line, parse_list, require
 from distdocs.bench.scaling import MODELS, bench_scaling
-from distdocs.costmodel import Network, Workload, fit_alpha_beta, step_time
+from distdocs.costmodel import Network, fit_alpha_beta, step_time, workload_from_scaling
 
 SWEEP_SIZES = [2**18, 2**20, 2**22, 2**24, 2**26]  # 256 KiB to 64 MiB, around the models' gradients
 
@@ -63,21 +63,13 @@ def compare(measured: list[dict], network: Network, fit_rms: float = 0.0) -> lis
     records = []
     for r in measured:
         base = one[r["model"], r["accumulation"]]
-        k, batch = r["accumulation"], r["batch_per_rank"]
         ddp_work = base["step_s"] - base["compute_s"]  # what DDP adds at one rank, where nothing is sent
-        work = Workload(
-            params=r["gradient_bytes"] / 4,
-            compute_per_sample=base["compute_s"] / (batch * k),
-            micro_batch=batch,
-            accumulation=k,
-            overlap=False,
-        )
-        model = step_time(work, r["world_size"], network)
-        predicted = model.step + ddp_work
+        model = step_time(workload_from_scaling(base), r["world_size"], network)
+        predicted = model.step
         records.append(
             {
                 "model": r["model"],
-                "accumulation": k,
+                "accumulation": r["accumulation"],
                 "world_size": r["world_size"],
                 "measured_step_s": r["step_s"],
                 "predicted_step_s": predicted,
