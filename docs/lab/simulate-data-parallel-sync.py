@@ -310,12 +310,11 @@ for r in compare(run["records"], net):
 
 # %%
 # Self-check: the model and the measurement agree on which model scales, and in the model the
-# sync takes a larger share of the sync-heavy model's step at every number of workers.
+# sync-heavy model's allreduce, 32 times the bytes, takes longer at every number of workers.
 assert predicted["compute-bound"][2].speedup > predicted["sync-bound"][2].speedup
 if len(sizes) > 1:
     assert measured["compute-bound", 2]["speedup"] > measured["sync-bound", 2]["speedup"]
-share = {name: [p[n].exposed_sync / p[n].compute for n in workers[1:]] for name, p in predicted.items()}
-assert all(a > b for a, b in zip(share["sync-bound"], share["compute-bound"])), share  # sync's share, at every n
+assert all(predicted["sync-bound"][n].sync > predicted["compute-bound"][n].sync for n in workers[1:])
 print("step 3 self-check passed")
 
 # %% [markdown]

@@ -19,9 +19,15 @@ What it does, in the order torch's DDP does it:
 
 Like torch's DDP without `find_unused_parameters`, every parameter must receive a gradient in every
 backward; otherwise its bucket never launches and this raises.
+
+Beside it, the two timers that say where a DDP step's time goes, used by the benchmarks and by the
+debugging guide's example: `slowest_rank_seconds` and `step_and_compute_seconds`.
 """
 
 from __future__ import annotations
+
+import statistics
+import time
 
 import torch
 import torch.distributed as dist
@@ -97,3 +103,27 @@ class BucketedDDP(nn.Module):
         self._reset()
 
     # --8<-- [end:hooks]
+
+
+def slowest_rank_seconds(fn) -> float:
+    """Run `fn` on every rank from a common start (a barrier) and return the slowest rank's time:
+    a collective step is done only when its last rank is."""
+    dist.barrier()
+    start = time.perf_counter()
+    fn()
+    elapsed = torch.tensor([time.perf_counter() - start], dtype=torch.float64)
+    dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
+    return elapsed.item()
+
+
+def step_and_compute_seconds(step, steps: int, warmup: int = 2) -> tuple[float, float]:
+    """Where a DDP step's time goes. `step(sync)` runs one training step, with DDP's all_reduces
+    when `sync` is True and under `no_sync()` when it is False. Both are timed in turns, `steps`
+    times each after `warmup` untimed ones, so that both see the same machine; returns the median
+    seconds of a whole step and of its computation alone. Their difference is the time that
+    synchronisation adds."""
+    times: dict[bool, list[float]] = {True: [], False: []}
+    for _ in range(warmup + steps):
+        for sync in (True, False):
+            times[sync].append(slowest_rank_seconds(lambda: step(sync)))
+    return statistics.median(times[True][warmup:]), statistics.median(times[False][warmup:])

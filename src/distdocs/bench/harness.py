@@ -8,12 +8,11 @@ import json
 import os
 import platform
 import statistics
-import time
-from collections.abc import Callable
 
 import torch
-import torch.distributed as dist
 from torch import nn
+
+from distdocs.ddp import slowest_rank_seconds  # noqa: F401  (every benchmark's timer, defined beside DDP)
 
 # Untimed iterations before the timed ones, in every benchmark: the first steps allocate buffers,
 # connect gloo's pairs and warm caches.
@@ -79,17 +78,6 @@ def machine_line(machine: dict, setup: str = "") -> str:
         f"{machine['date']}"
     )
     return f"{line}; {setup}" if setup else line
-
-
-def slowest_rank_seconds(fn: Callable[[], object]) -> float:
-    """Run `fn` on every rank from a common start (a barrier) and return the slowest rank's time:
-    a collective step is done only when its last rank is."""
-    dist.barrier()
-    start = time.perf_counter()
-    fn()
-    elapsed = torch.tensor([time.perf_counter() - start], dtype=torch.float64)
-    dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
-    return elapsed.item()
 
 
 def median_after_warmup(times: list[float], warmup: int = WARMUP) -> float:

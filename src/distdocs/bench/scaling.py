@@ -19,12 +19,11 @@ import torch
 from distdocs.bench.harness import (
     WARMUP,
     machine_line,
-    median_after_warmup,
     mlp,
     parse_list,
     require,
-    slowest_rank_seconds,
 )
+from distdocs.ddp import step_and_compute_seconds
 from distdocs.world import World
 
 # name: (width, Linear layers, samples per rank and micro-batch)
@@ -66,11 +65,7 @@ def _measure(rank: int, world_size: int, models: dict, accumulation: list[int], 
                 opt.step()
                 opt.zero_grad()
 
-            times: dict[bool, list[float]] = {True: [], False: []}
-            for _ in range(WARMUP + steps):
-                for sync in (True, False):  # take turns, so that both see the same machine
-                    times[sync].append(slowest_rank_seconds(lambda: step(sync)))
-            step_s, compute_s = median_after_warmup(times[True]), median_after_warmup(times[False])
+            step_s, compute_s = step_and_compute_seconds(step, steps, WARMUP)
             records.append(
                 {
                     "model": name,
