@@ -9,7 +9,7 @@ import json
 import pytest
 
 from distdocs import cli
-from distdocs.bench import allreduce, buckets, ddp, pipeline, precision, prediction, scaling
+from distdocs.bench import allreduce, buckets, ddp, pipeline, precision, prediction, recovery, scaling
 from distdocs.bench.harness import UsageError, median_after_warmup, parse_size
 from distdocs.costmodel import Network
 
@@ -53,6 +53,7 @@ def test_median_leaves_out_the_warmup():
         (precision, "precision-cpu"),
         (scaling, "scaling-cpu"),
         (prediction, "prediction-cpu"),
+        (recovery, "recovery-cpu"),
     ],
 )
 def test_saved_table_is_generated_from_its_data(module, name):
@@ -180,6 +181,29 @@ def test_scaling_bench_splits_each_step_and_measures_speedup_against_one_rank():
     assert all(r["speedup"] == 1.0 for r in records if r["world_size"] == 1)
 
 
+def test_recovery_bench_times_each_phase_from_the_kill_to_training_again():
+    (r,) = recovery.main(
+        cli.build_parser().parse_args(
+            ["bench", "recovery", "--repeat", "1", "--kill-at-step", "6", "--example", str(REPO / recovery.EXAMPLE)]
+        )
+    )
+    assert (r["kill_at_step"], r["resumed_from"], r["redone_steps"]) == (6, 4, 2)  # a checkpoint every 4 steps
+    phases = [r[f"{earlier}_to_{later}_s"] for later, earlier, _ in recovery.PHASES]
+    assert all(t > 0 for t in phases) and r["step_s"] > 0
+    # The phases are consecutive: together they are the whole gap, to rounding.
+    assert sum(phases) == pytest.approx(r["kill_to_resumed_s"], abs=1e-9)
+
+
+def test_saved_recovery_supports_what_the_recovery_page_says():
+    records = saved("recovery-cpu")["records"]
+    for r in records:
+        starting = r["restarting_to_resumed_s"]
+        # "Most of it is starting again": the new processes' start-up is the largest phase.
+        assert starting > r["kill_to_noticed_s"] and starting > r["noticed_to_restarting_s"]
+        # "torchrun notices within a fraction of a second": it polls its workers every 0.1 s.
+        assert r["kill_to_noticed_s"] < 1.0
+
+
 def test_saved_allreduce_figure_is_drawn_from_its_data():
     data = saved("allreduce-cpu")
     assert (REPO / "docs/assets/allreduce-cpu.svg").read_text() == allreduce.plot(data["records"], data["machine"])
@@ -268,6 +292,9 @@ def test_saved_scaling_supports_what_the_scaling_page_says():
         ["prediction", "--steps", "0"],
         ["prediction", "--accumulation", "0"],
         ["prediction", "--repeat", "0"],
+        ["recovery", "--repeat", "0"],
+        ["recovery", "--kill-at-step", "32"],
+        ["recovery", "--example", "no/such/example.py"],
     ],
 )
 def test_bad_bench_arguments_get_one_line_and_exit_2(argv, capsys):

@@ -1,11 +1,13 @@
 """Training that survives losing a rank: a checkpoint every few steps, and torchrun restarts the job
 from the newest one. With --kill-rank R --kill-at-step K, rank R SIGKILLs itself at step K of the
-first attempt; the run still ends with the same weights as an uninterrupted one, bit for bit.
+first attempt (with --kill-launcher, its launcher too: a lost node); the run still ends with the
+same weights as an uninterrupted one, bit for bit.
 
     TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 torchrun --standalone --nproc_per_node=2 --max-restarts=1 examples/fault_tolerance/step01_resume_after_kill.py --kill-rank 1 --kill-at-step 13
 
-Its last line is weights_sha256=<hex>, a hash of the final parameters. It imports distdocs.checkpoint,
-which the failure-and-recovery page builds: `pip install -e .` from the repository.
+Its last line is weights_sha256=<hex>, a hash of the final parameters. A launch resumes from the
+newest checkpoint in --ckpt-dir; a finished run deletes its checkpoints, so the next starts afresh.
+It imports distdocs.checkpoint, which the failure-and-recovery page builds: `pip install -e .`.
 """
 
 import argparse
@@ -42,6 +44,7 @@ def parse(world: int) -> argparse.Namespace:
     p.add_argument("--ckpt-dir", default="checkpoints", help="where checkpoints go (default: checkpoints)")
     p.add_argument("--kill-rank", type=int, help="the rank that kills itself, on the first attempt only")
     p.add_argument("--kill-at-step", type=int, help="the step at which it does")
+    p.add_argument("--kill-launcher", action="store_true", help="that rank kills its launcher first: a lost node")
     p.add_argument(
         "--kill-in-write", type=int, metavar="STEP", help="rank 0 dies halfway through writing this step's checkpoint"
     )
@@ -53,6 +56,8 @@ def parse(world: int) -> argparse.Namespace:
         problems.append("--kill-rank and --kill-at-step go together")
     elif args.kill_rank is not None and not (0 <= args.kill_rank < world and 0 < args.kill_at_step < steps):
         problems.append(f"--kill-rank must be in 0..{world - 1} and --kill-at-step in 1..{steps - 1}")
+    if args.kill_launcher and not (args.kill_at_step or 0) >= args.ckpt_every >= 1:
+        problems.append("--kill-launcher needs --kill-rank and a --kill-at-step at or after the first checkpoint")
     if (
         args.kill_in_write is not None
         and args.ckpt_every >= 1
@@ -71,12 +76,6 @@ def run(device: torch.device) -> None:
     rank, world = dist.get_rank(), dist.get_world_size()
     args = parse(world)
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
-    if attempt == 0 and rank == 0:  # a new launch starts from scratch; a restart resumes
-        for _, old in checkpoint.list_checkpoints(args.ckpt_dir):
-            old.unlink()
-            old.with_name(old.name + ".sha256").unlink(missing_ok=True)
-        for stray in Path(args.ckpt_dir).glob(".step-*"):  # what a write killed halfway left behind
-            stray.unlink()
     try:
         checkpoint.check_writable(args.ckpt_dir)  # a bad folder fails now, not at the first save
     except checkpoint.CheckpointError as e:
@@ -111,6 +110,13 @@ def run(device: torch.device) -> None:
     log("self-check passed")
     # --8<-- [end:self_check]
     params = b"".join(p.detach().cpu().contiguous().numpy().tobytes() for p in model.parameters())
+    dist.barrier()
+    if rank == 0:  # the run is done: the next launch starts afresh (a real job keeps its last one)
+        for _, old in checkpoint.list_checkpoints(args.ckpt_dir):
+            old.unlink()
+            old.with_name(old.name + ".sha256").unlink(missing_ok=True)
+        for stray in Path(args.ckpt_dir).glob(".step-*"):  # what a write killed halfway left behind
+            stray.unlink()
     log(f"weights_sha256={hashlib.sha256(params).hexdigest()}")
 
 
@@ -132,7 +138,10 @@ def build(device: torch.device):
 def train(model, opt, sched, loader, step: int, device, args, attempt: int) -> None:
     """From `step` to the end; with `args`, checkpoint and die as the flags say, else neither."""
     rank, steps_per_epoch = dist.get_rank(), len(loader)
-    total = EPOCHS * steps_per_epoch
+    total, first = EPOCHS * steps_per_epoch, step
+    # The kill fires once per job: on the first attempt of a run that started from step 0 (a node
+    # that replaces a lost one is on its launcher's first attempt too, but resumes).
+    doomed = args and attempt == 0 and first == 0 and rank == args.kill_rank
     # --8<-- [start:train]
     while step < total:
         epoch, skip = divmod(step, steps_per_epoch)
@@ -140,8 +149,11 @@ def train(model, opt, sched, loader, step: int, device, args, attempt: int) -> N
         for i, (x, y) in enumerate(loader):
             if i < skip:  # the sampler position: batches this epoch already trained on
                 continue
-            if args and attempt == 0 and rank == args.kill_rank and step == args.kill_at_step:
-                os.kill(os.getpid(), signal.SIGKILL)  # a lost node: no cleanup, no goodbye
+            if doomed and step == args.kill_at_step:
+                print(f"[rank {rank}] SIGKILL at step {step}", flush=True)
+                if args.kill_launcher:
+                    os.kill(os.getppid(), signal.SIGKILL)  # the launcher first: the node is gone
+                os.kill(os.getpid(), signal.SIGKILL)  # a lost process: no cleanup, no goodbye
             nn.functional.mse_loss(model(x.to(device)), y.to(device)).backward()
             opt.step()
             opt.zero_grad()

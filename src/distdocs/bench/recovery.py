@@ -1,0 +1,116 @@
+"""From a killed rank back to training: the fault-tolerant example launched under torchrun, one rank
+SIGKILLed mid-run, and each line of output timed as it arrives. The phases are the gaps between
+the lines that mark them."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from distdocs.bench.harness import machine_line, require
+
+EXAMPLE = "examples/fault_tolerance/step01_resume_after_kill.py"
+# The lines that mark each moment: the example's own, and torchrun's (LOGLEVEL=INFO).
+MARKS = {
+    "start": re.compile(r"attempt 0: starting at step 0"),
+    "kill": re.compile(r"\[rank \d+\] SIGKILL at step (\d+)"),
+    "noticed": re.compile(r"Sending process \d+ closing signal SIGTERM|failed \(exitcode: -9\)"),
+    "restarting": re.compile(r"restart_count=1"),
+    "resumed": re.compile(r"attempt 1: resumed from step (\d+)"),
+}
+PHASES = [
+    ("noticed", "kill", "torchrun notices the dead rank and stops the others"),
+    ("restarting", "noticed", "a new rendezvous for the restarted group"),
+    ("resumed", "restarting", "Python and torch start, the group forms, the checkpoint loads"),
+]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--kill-at-step", type=int, default=13, help="the step at which rank 1 dies (default: 13)")
+    parser.add_argument("--repeat", type=int, default=5, help="killed runs; the table gives medians (default: 5)")
+    parser.add_argument("--example", default=EXAMPLE, help=f"the example to launch (default: {EXAMPLE})")
+
+
+def main(args: argparse.Namespace, progress=None) -> list[dict]:
+    require(args.repeat >= 1, "--repeat must be at least 1")
+    require(1 <= args.kill_at_step <= 31, "--kill-at-step must be in 1..31")
+    require(Path(args.example).is_file(), f"{args.example}: no such file; run this from the repository's root")
+    records = []
+    for i in range(args.repeat):
+        if progress:
+            progress(f"killed run {i + 1} of {args.repeat}")
+        records.append(timed_run(args.example, args.kill_at_step))
+    return records
+
+
+def timed_run(example: str, kill_at_step: int, timeout_s: float = 300) -> dict:
+    """Launch the example with rank 1 killed at `kill_at_step`; return when each mark was seen."""
+    torchrun = shutil.which("torchrun", path=os.path.dirname(sys.executable)) or "torchrun"
+    with tempfile.TemporaryDirectory() as ckpt:
+        command = [
+            torchrun, "--standalone", "--nproc_per_node=2", "--max-restarts=1", example,
+            "--kill-rank", "1", "--kill-at-step", str(kill_at_step), "--ckpt-dir", ckpt,
+        ]  # fmt: skip
+        env = {**os.environ, "LOGLEVEL": "INFO", "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+        start = time.monotonic()
+        seen: dict[str, float] = {}
+        steps: dict[str, int] = {}
+        lines = []
+        proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+        try:
+            for line in proc.stdout:
+                now = time.monotonic() - start
+                lines.append(line)
+                for name, pattern in MARKS.items():
+                    m = pattern.search(line)
+                    if m and name not in seen:
+                        seen[name] = now
+                        if m.groups():
+                            steps[name] = int(m.group(1))
+                if time.monotonic() - start > timeout_s:
+                    raise RuntimeError(f"the killed run took over {timeout_s} s")
+            proc.wait(timeout=timeout_s)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    missing = [name for name in MARKS if name not in seen]
+    if proc.returncode != 0 or missing:
+        tail = "".join(lines[-20:])
+        raise RuntimeError(f"the killed run failed (exit {proc.returncode}; not seen: {missing}):\n{tail}")
+    step_s = (seen["kill"] - seen["start"]) / steps["kill"]  # attempt 0's pace, from its first step to the kill
+    record = {"kill_at_step": steps["kill"], "resumed_from": steps["resumed"], "step_s": step_s}
+    for later, earlier, _ in PHASES:
+        record[f"{earlier}_to_{later}_s"] = seen[later] - seen[earlier]
+    record["kill_to_resumed_s"] = seen["resumed"] - seen["kill"]
+    record["redone_steps"] = steps["kill"] - steps["resumed"]
+    return record
+
+
+def format_table(records: list[dict], machine: dict) -> str:
+    def median(key: str) -> float:
+        return statistics.median(r[key] for r in records)
+
+    r0 = records[0]
+    lines = [
+        machine_line(
+            machine,
+            f"2 ranks, rank 1 killed at step {r0['kill_at_step']}, checkpoint every 4 steps; "
+            f"medians of {len(records)} killed runs",
+        ),
+        f"{'phase':<64} {'seconds':>8}",
+    ]
+    for later, earlier, what in PHASES:
+        lines.append(f"{what:<64} {median(f'{earlier}_to_{later}_s'):>8.2f}")
+    lines.append(f"{'from the kill to training again':<64} {median('kill_to_resumed_s'):>8.2f}")
+    redone = f"steps trained again ({r0['redone_steps']}, from step {r0['resumed_from']}), at the measured pace"
+    lines.append(f"{redone:<64} {r0['redone_steps'] * median('step_s'):>8.2f}")
+    return "\n".join(lines)

@@ -1,0 +1,151 @@
+"""docs/recovery/multi-node.md: two launchers train to the same weights as one, a lost node's
+replacement resumes from the checkpoint, in two network namespaces as on loopback, and the cluster
+recipes at least parse.
+
+The page's commands and outputs are run by test_docs.py (two launchers on loopback). The network
+namespaces need root; without it those tests skip, saying so."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from commands import _kill_session, command_env
+from markdown_fences import EXAMPLES, REPO, classify
+
+SCRIPT = "examples/fault_tolerance/step01_resume_after_kill.py"
+PAGE = REPO / "docs/recovery/multi-node.md"
+UNINTERRUPTED = f"torchrun --standalone --nproc_per_node=2 {SCRIPT}"  # test_fault_tolerance's, shared
+NAMESPACES = {"a": "10.77.0.1", "b": "10.77.0.2"}
+
+
+def last_line(stdout: str) -> str:
+    return stdout.strip().splitlines()[-1]
+
+
+def page_commands() -> list[str]:
+    return [f.command for f in classify(PAGE) if f.kind == "command"]
+
+
+@pytest.mark.parametrize("which", [0, 1], ids=["two-nodes", "node-loss"])
+def test_two_launchers_end_where_one_machine_ends(command_runs, which):
+    one = last_line(command_runs.run_ok(UNINTERRUPTED).stdout)
+    result = command_runs.run_ok(page_commands()[which])
+    assert one.startswith("weights_sha256=") and last_line(result.stdout) == one, result.describe()
+    if which == 1:
+        assert "attempt 1: resumed from step 12" in result.stdout, result.describe()
+
+
+def test_kill_launcher_needs_a_kill_at_or_after_the_first_checkpoint(command_runs):
+    result = command_runs.run(
+        f"torchrun --standalone --nproc_per_node=2 {SCRIPT} --kill-rank 1 --kill-at-step 2 --kill-launcher"
+    )
+    assert result.returncode != 0 and not result.timed_out and not result.leftovers, result.describe()
+    assert (
+        "error: --kill-launcher needs --kill-rank and a --kill-at-step at or after the first checkpoint"
+        in result.stderr
+    )
+
+
+def test_slurm_recipe_parses_and_launches_the_example():
+    script = EXAMPLES / "multi_node/slurm_job.sh"
+    assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
+    text = script.read_text()
+    assert "#SBATCH --requeue" in text and "--rdzv_backend=c10d" in text
+    assert SCRIPT in text and (REPO / SCRIPT).is_file()
+
+
+def test_kubernetes_recipe_is_a_valid_pytorchjob():
+    job = yaml.safe_load((EXAMPLES / "multi_node/pytorchjob.yaml").read_text())
+    assert (job["apiVersion"], job["kind"]) == ("kubeflow.org/v1", "PyTorchJob")
+    policy, worker = job["spec"]["elasticPolicy"], job["spec"]["pytorchReplicaSpecs"]["Worker"]
+    assert policy["rdzvBackend"] == "c10d" and policy["minReplicas"] <= worker["replicas"] <= policy["maxReplicas"]
+    assert worker["restartPolicy"] == "OnFailure"
+    (container,) = worker["template"]["spec"]["containers"]
+    assert container["command"][0] == "torchrun" and SCRIPT in container["command"]
+    assert (REPO / SCRIPT).is_file()
+
+
+# --- two nodes in two network namespaces, joined by a veth pair (root only) ---
+
+
+def sh(*args: str) -> None:
+    subprocess.run(args, check=True, capture_output=True, timeout=30)
+
+
+@pytest.fixture(scope="module")
+def namespaces():
+    if os.geteuid() != 0 or not shutil.which("ip"):
+        pytest.skip("network namespaces need root and iproute2; the loopback tests cover the rest")
+    suffix = str(os.getpid())
+    names = {k: f"distdocs-{k}-{suffix}" for k in NAMESPACES}
+    try:
+        for name in names.values():
+            sh("ip", "netns", "add", name)
+        sh("ip", "link", "add", "veth-a", "netns", names["a"], "type", "veth", "peer", "veth-b", "netns", names["b"])
+        for k, name in names.items():
+            sh("ip", "-n", name, "addr", "add", f"{NAMESPACES[k]}/24", "dev", f"veth-{k}")
+            sh("ip", "-n", name, "link", "set", f"veth-{k}", "up")
+            sh("ip", "-n", name, "link", "set", "lo", "up")
+    except subprocess.CalledProcessError as e:
+        for name in names.values():
+            subprocess.run(["ip", "netns", "del", name], capture_output=True)
+        pytest.skip(f"cannot create network namespaces here: {e.stderr.decode().strip()}")
+    yield names
+    for name in names.values():  # deleting a namespace deletes its end of the veth pair, and so both
+        subprocess.run(["ip", "netns", "del", name], capture_output=True)
+
+
+def launcher(names: dict, node: str, run_id: str, ckpt: Path, extra: list[str], log: Path) -> subprocess.Popen:
+    env = command_env(gpu=False) | {"GLOO_SOCKET_IFNAME": f"veth-{node}", "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+    torchrun = str(Path(sys.executable).parent / "torchrun")
+    command = [
+        "ip", "netns", "exec", names[node], torchrun, "--nnodes=2", "--nproc_per_node=1",
+        "--rdzv_backend=c10d", f"--rdzv_endpoint={NAMESPACES['a']}:29400", f"--rdzv_id={run_id}",
+        f"--rdzv_conf=is_host={1 if node == 'a' else 0}", f"--local_addr={NAMESPACES[node]}", "--max-restarts=1",
+        str(REPO / SCRIPT), "--ckpt-dir", str(ckpt), *extra,
+    ]  # fmt: skip
+    with log.open("w") as sink:
+        return subprocess.Popen(command, env=env, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def finish(procs: list[subprocess.Popen], timeout_s: float = 150) -> list[int]:
+    deadline = time.monotonic() + timeout_s
+    try:
+        return [p.wait(timeout=max(1, deadline - time.monotonic())) for p in procs]
+    finally:
+        for p in procs:
+            _kill_session(p.pid)
+
+
+def test_two_namespaces_end_where_one_machine_ends(namespaces, command_runs, tmp_path):
+    logs = [tmp_path / "a.log", tmp_path / "b.log"]
+    a = launcher(namespaces, "a", "ns-two", tmp_path / "ckpt", [], logs[0])
+    b = launcher(namespaces, "b", "ns-two", tmp_path / "ckpt", [], logs[1])
+    codes = finish([a, b])
+    text = logs[0].read_text() + logs[1].read_text()
+    assert codes == [0, 0], text[-3000:]
+    one = last_line(command_runs.run_ok(UNINTERRUPTED).stdout)
+    assert one in text and "self-check passed" in text, text[-3000:]
+
+
+def test_a_lost_namespace_node_is_replaced_and_the_job_resumes(namespaces, command_runs, tmp_path):
+    kill = ["--kill-rank", "1", "--kill-at-step", "13", "--kill-launcher"]
+    logs = [tmp_path / "a.log", tmp_path / "b.log", tmp_path / "b2.log"]
+    a = launcher(namespaces, "a", "ns-loss", tmp_path / "ckpt", kill, logs[0])
+    # Ranks follow the launchers' addresses: 10.77.0.1 is rank 0, on the node that survives.
+    b = launcher(namespaces, "b", "ns-loss", tmp_path / "ckpt", kill, logs[1])
+    first_b = finish([b])
+    replacement = launcher(namespaces, "b", "ns-loss", tmp_path / "ckpt", kill, logs[2])  # as a scheduler would
+    codes = finish([a, replacement])
+    text = "".join(log.read_text() for log in logs)
+    assert first_b != [0] and codes == [0, 0], text[-3000:]
+    assert "[rank 1] SIGKILL at step 13" in text and "attempt 1: resumed from step 12" in text, text[-3000:]
+    assert last_line(command_runs.run_ok(UNINTERRUPTED).stdout) in text, text[-3000:]
