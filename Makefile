@@ -54,6 +54,9 @@ bench: $(STAMP)
 	PATH=$(BIN):$$PATH torchrun --standalone --nproc_per_node=2 examples/profiling/step01_profile_ddp.py --out $$(mktemp -d) --table benchmarks/profile-ddp-cpu.txt
 	PATH=$(BIN):$$PATH torchrun --standalone --nproc_per_node=2 examples/common_mistakes/step01_small_model_scaled_out.py 2>/dev/null > benchmarks/common-mistakes-small-model-cpu.txt
 	PATH=$(BIN):$$PATH torchrun --standalone --nproc_per_node=2 examples/common_mistakes/step02_workers_instead_of_accumulation.py 2>/dev/null > benchmarks/common-mistakes-accumulation-cpu.txt
+	$(BIN)/distdocs bench recovery --repeat 5 --save benchmarks/recovery-cpu
+	PATH=$(BIN):$$PATH torchrun --standalone --nproc_per_node=2 examples/debugging/step01_slower_with_more_ranks.py 2>/dev/null > benchmarks/debugging-slower-cpu.txt
+	PATH=$(BIN):$$PATH torchrun --standalone --nproc_per_node=2 examples/debugging/step03_straggler.py 2>/dev/null > benchmarks/debugging-straggler-cpu.txt
 	( echo "# $$(uname -m), $$(nproc) cores, torch $$($(BIN)/python -c 'import torch; print(torch.__version__)'), $$(date +%F)"; \
 	  PATH=$(BIN):$$PATH TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 torchrun --standalone --nproc_per_node=2 --max-restarts=1 \
 	    examples/fault_tolerance/step01_resume_after_kill.py --kill-rank 1 --kill-at-step 13 --ckpt-dir $$(mktemp -d) 2>/dev/null ) \

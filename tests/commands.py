@@ -3,10 +3,12 @@ session, with a hard timeout, and kill whatever it left running."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -151,6 +153,25 @@ def lay_out_as_copied(command: str, folder: Path) -> dict[str, str]:
     return {"PYTHONPATH": str(folder / "allowed")}
 
 
+@contextlib.contextmanager
+def holding_port(port: int | None):
+    """Listen on 127.0.0.1:`port` for the duration, as another job would; a port that is already
+    busy stays busy, which is all the test needs."""
+    if port is None:
+        yield
+        return
+    sock = socket.socket()
+    try:
+        sock.bind(("127.0.0.1", port))
+        sock.listen()
+    except OSError:
+        pass  # someone else holds it already
+    try:
+        yield
+    finally:
+        sock.close()
+
+
 class CommandRuns:
     """Runs each distinct command once per session, with a hard timeout. An example's docstring
     command and the same command on a page share one run.
@@ -162,11 +183,11 @@ class CommandRuns:
     def __init__(self) -> None:
         self._results: dict[tuple[str, bool], CommandResult] = {}
 
-    def run(self, command: str, gpu: bool = False) -> CommandResult:
-        key = (command, gpu)
+    def run(self, command: str, gpu: bool = False, busy_port: int | None = None) -> CommandResult:
+        key = (command, gpu, busy_port)
         if key not in self._results:
             env = command_env(gpu)
-            with tempfile.TemporaryDirectory(prefix="distdocs-copy-") as folder:
+            with tempfile.TemporaryDirectory(prefix="distdocs-copy-") as folder, holding_port(busy_port):
                 cwd: Path = REPO
                 if EXAMPLE_PATH.search(command):
                     cwd = Path(folder)
@@ -174,9 +195,27 @@ class CommandRuns:
                 self._results[key] = run_command(command, timeout_s=COMMAND_TIMEOUT_S, cwd=cwd, env=env)
         return self._results[key]
 
-    def run_ok(self, command: str, gpu: bool = False) -> CommandResult:
+    def run_failing(self, command: str, exit_code: int, within_s: float, busy_port: int | None = None) -> CommandResult:
+        """Run a command that is meant to fail, and fail the test unless it ended with `exit_code`
+        within `within_s` seconds, leaving nothing behind and without aborting."""
+        result = self.run(command, busy_port=busy_port)
+        problems = []
+        if result.timed_out or result.elapsed_s > within_s:
+            problems.append(f"took {result.elapsed_s:.1f} s, over the {within_s} s it must end within")
+        if result.returncode != exit_code:
+            problems.append(f"exit code {result.returncode}, not {exit_code}")
+        if result.leftovers:
+            problems.append("left processes running")
+        crash = [m for m in EXIT_CRASH_MARKERS if m in result.stderr]
+        if crash:
+            problems.append(f"a process aborted ({crash[0]!r} in stderr)")
+        if problems:
+            pytest.fail("; ".join(problems) + "\n" + result.describe(), pytrace=False)
+        return result
+
+    def run_ok(self, command: str, gpu: bool = False, busy_port: int | None = None) -> CommandResult:
         """Run, and fail the test unless it exited 0, in time, cleanly, leaving nothing behind."""
-        result = self.run(command, gpu)
+        result = self.run(command, gpu, busy_port)
         problems = []
         if result.timed_out:
             problems.append(f"timed out after {COMMAND_TIMEOUT_S} s")

@@ -11,6 +11,13 @@ Kinds, decided from the fence alone:
   "GPU ..." it runs only where CUDA is present.
 - output: a `text` fence titled "Output" after a command fence; test_docs.py checks that the command
   still prints it.
+- excerpt: a `text` fence titled "Excerpt" after a command fence: lines that the command prints
+  among others (an error and its traceback, say). Each must appear in its output, numbers aside.
+
+A command that is meant to fail, as the debugging guide's broken examples do, says so in its info
+string: `{.bash exit="1"}` is the exit code it must end with, and `within="30"` the seconds it must
+end within. Any command may also say `busy_port="29500"`: a port the test holds open on 127.0.0.1
+while it runs, as another job would.
 - not executed: the fence sits right under `<!-- not executed: REASON -->`. Keep these rare.
 """
 
@@ -33,6 +40,7 @@ INCLUDE = re.compile(r"""--8<--\s+["']([^"']+)["']""")
 OPEN = re.compile(r"^(\s*)(`{3,}|~{3,})(.*)$")
 # Environment variables set for one command, as in `TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 torchrun ...`.
 ENV_PREFIX = re.compile(r"^(?:[A-Za-z_][A-Za-z0-9_]*=\S*\s+)+")
+FAILURE_ATTRS = ("exit", "within", "busy_port")  # see the module's docstring
 TAB = re.compile(r"""^(\s*)===\+?\s+"(.*)"\s*$""")
 
 
@@ -168,15 +176,21 @@ def classify(path: Path) -> list[Fence]:
             fence.kind = "inline"
         elif is_command(fence):
             fence.kind = "command"
-        elif fence.lang == "text" and fence.attrs.get("title") == "Output" and previous and previous.kind == "command":
-            fence.kind = "output"
+        elif (
+            fence.lang == "text"
+            and fence.attrs.get("title") in ("Output", "Excerpt")
+            and previous
+            and previous.kind == "command"
+        ):
+            fence.kind = fence.attrs["title"].lower()
             fence.attrs["after"] = previous.command
+            fence.attrs.update({k: v for k, v in previous.attrs.items() if k in FAILURE_ATTRS})
             fence.tab = fence.tab or previous.tab
         elif fence.reason:
             fence.kind = "not executed"
         else:
             fence.kind = "unverified"
-        if fence.kind != "output":
+        if fence.kind not in ("output", "excerpt"):
             previous = fence
     return fences
 

@@ -45,3 +45,13 @@ def output_mismatch(shown: str, actual: str) -> str | None:
             if not numbers_match(x, y):
                 return f"line {n}: page shows {x}, command printed {y} (beyond one unit in its last digit): {a!r}"
     return None
+
+
+def excerpt_missing(shown: str, actual: str) -> str | None:
+    """None when every line of `shown` appears in some line of `actual`, numbers aside (pids, ports
+    and times differ from run to run); else the first line that does not."""
+    actual_lines = [NUMBER.sub("#", ln) for ln in actual.splitlines()]
+    for line in (ln.strip() for ln in shown.strip("\n").splitlines()):
+        if line and not any(NUMBER.sub("#", line) in a for a in actual_lines):
+            return f"the page shows {line!r}, which the command no longer prints"
+    return None

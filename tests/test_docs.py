@@ -8,12 +8,14 @@ import re
 import pytest
 import torch
 
+from commands import COMMAND_TIMEOUT_S
 from markdown_fences import DOCS, EXAMPLES, REPO, all_examples, all_fences, classify, example_command, resolve_include
-from shown_output import output_mismatch
+from shown_output import excerpt_missing, output_mismatch
 
 FENCES = all_fences()
 COMMANDS = [f for f in FENCES if f.kind == "command"]
 OUTPUTS = [f for f in FENCES if f.kind == "output"]
+EXCERPTS = [f for f in FENCES if f.kind == "excerpt"]
 NOT_EXECUTED_LIMIT = 5  # a handful at most: `make` itself, installs into the reader's environment
 INLINE_COMMAND = re.compile(r"`((?:torchrun|python|distdocs) [^`]*)`")
 
@@ -76,11 +78,35 @@ def test_inline_commands_in_prose_are_run_somewhere():
     assert not stray, f"commands shown in prose that no test runs: {stray}"
 
 
+def run_as_the_page_says(fence, command_runs, command: str):
+    """Run a command fence's command, as a success or, where the fence says so, as a failure."""
+    busy = int(fence.attrs["busy_port"]) if "busy_port" in fence.attrs else None
+    if "exit" in fence.attrs:
+        return command_runs.run_failing(command, int(fence.attrs["exit"]), float(fence.attrs["within"]), busy)
+    return command_runs.run_ok(command, gpu=fence.gpu, busy_port=busy)
+
+
 @pytest.mark.parametrize("fence", COMMANDS, ids=[f.where for f in COMMANDS])
 def test_command_runs_as_written(fence, command_runs, record_property):
     gpu_skip(fence)
-    command_runs.run_ok(fence.command, gpu=fence.gpu)
+    run_as_the_page_says(fence, command_runs, fence.command)
     record_property("executed", "shell commands")
+
+
+def test_failing_commands_state_their_exit_code_and_bound():
+    for fence in COMMANDS:
+        if {"exit", "within"} & fence.attrs.keys():
+            assert {"exit", "within"} <= fence.attrs.keys(), f"{fence.where}: a failing command needs exit and within"
+            assert float(fence.attrs["within"]) < COMMAND_TIMEOUT_S / 2, f"{fence.where}: bound far below the test's"
+
+
+@pytest.mark.parametrize("fence", EXCERPTS, ids=[f.where for f in EXCERPTS])
+def test_excerpt_appears_in_a_fresh_run(fence, command_runs, record_property):
+    gpu_skip(fence)
+    result = run_as_the_page_says(fence, command_runs, fence.attrs["after"])
+    problem = excerpt_missing(fence.body, result.stdout + result.stderr)
+    assert problem is None, f"{fence.where}: {problem}\n{result.describe()}"
+    record_property("executed", "output blocks checked")
 
 
 @pytest.mark.parametrize("fence", OUTPUTS, ids=[f.where for f in OUTPUTS])

@@ -20,6 +20,7 @@ BENCHMARKS = {
     "precision": "float32 against bfloat16 autocast in DDP: step time and what a forward keeps, 2 ranks",
     "scaling": "samples/s at 1, 2 and 4 ranks, compute- and sync-bound, with and without accumulation",
     "prediction": "the cost model's DDP step time against the measured one, at 1 and 2 ranks",
+    "recovery": "from a rank killed under torchrun back to training: each phase timed, 2 ranks",
 }
 
 
@@ -36,14 +37,21 @@ def parse_count(text: str) -> float:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    from distdocs.doctor import environment_report, format_report, problem
+    from dataclasses import asdict
 
+    from distdocs.doctor import environment_report, find_traps, format_report, format_traps
+
+    if args.nproc_per_node < 1 or not 0 < args.port < 65536:
+        raise UsageError("--nproc-per-node must be positive and --port in 1..65535")
     report = environment_report()
-    print(json.dumps(report, indent=2) if args.json else format_report(report))
-    if problem(report):
-        print(f"error: {problem(report)}", file=sys.stderr)
-        return 1
-    return 0
+    traps = find_traps(args.nproc_per_node, args.port, report)
+    if args.json:
+        print(json.dumps({**report, "traps": [asdict(t) for t in traps]}, indent=2))
+    else:
+        print(format_report(report))
+        print(f"\nfor {args.nproc_per_node} processes on this machine:")
+        print(format_traps(traps))
+    return 1 if any(t.level == "error" for t in traps) else 0
 
 
 def cmd_memory(args: argparse.Namespace) -> int:
@@ -168,8 +176,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"distdocs {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    doctor = sub.add_parser("doctor", help="report what this machine offers for distributed training")
-    doctor.add_argument("--json", action="store_true", help="print the report as JSON")
+    doctor = sub.add_parser(
+        "doctor", help="report what this machine offers for distributed training, and the traps it sets"
+    )
+    doctor.add_argument("--nproc-per-node", type=int, default=2, help="the processes you will launch here (default: 2)")
+    doctor.add_argument("--port", type=int, default=29500, help="the port a launch will use (default: 29500)")
+    doctor.add_argument("--json", action="store_true", help="print the report and the traps as JSON")
     doctor.set_defaults(func=cmd_doctor)
 
     mem = sub.add_parser("memory", help="memory needed to train a model, and what sharding does to it")

@@ -1,10 +1,14 @@
-"""`distdocs doctor`: what this machine offers for distributed training, and whether the examples
-can run on it."""
+"""`distdocs doctor`: what this machine offers for distributed training, whether the examples can
+run on it, and the traps it sets for them (too many threads or processes, a busy port, a
+`localhost` that does not work, launchers left running)."""
 
 from __future__ import annotations
 
 import os
 import platform
+import socket
+from dataclasses import dataclass
+from pathlib import Path
 
 from distdocs import __version__
 
@@ -48,3 +52,155 @@ def problem(report: dict) -> str | None:
     if not (report["distributed_available"] and report["backends"]["gloo"]):
         return "this torch build has no torch.distributed with gloo; the examples need it"
     return None
+
+
+# The traps that stop or slow distributed runs on one machine, each found from what the machine
+# shows, and each with the fix. A trap is an error when no distributed run can work until it is
+# fixed, and a warning when runs work but badly, or only some of them fail.
+DEFAULT_PORT = 29500  # torchrun's --master-port, and the usual --rdzv-endpoint port
+
+
+@dataclass
+class Trap:
+    level: str  # "error" or "warning"
+    message: str
+    fix: str
+
+
+def find_traps(nproc_per_node: int, port: int = DEFAULT_PORT, report: dict | None = None) -> list[Trap]:
+    """Every trap this machine sets for `nproc_per_node` processes launched here."""
+    report = report or environment_report()
+    traps = []
+    if problem(report):
+        traps.append(Trap("error", problem(report), "install a torch build with distributed support"))
+    cores = report["cpu_count"] or 1
+    if not report["cuda_available"] and nproc_per_node > cores:
+        traps.append(
+            Trap(
+                "warning",
+                f"{nproc_per_node} processes on {cores} cores: the ranks take turns on the cores, and "
+                "every collective waits for the rank that is not running",
+                f"use at most {cores} processes per node for timing; more only to test behaviour",
+            )
+        )
+    threads = os.environ.get("OMP_NUM_THREADS", "")
+    if threads.isdigit() and int(threads) * nproc_per_node > cores:
+        traps.append(
+            Trap(
+                "warning",
+                f"OMP_NUM_THREADS={threads} for each of {nproc_per_node} processes is "
+                f"{int(threads) * nproc_per_node} threads on {cores} cores: they slow each other down",
+                f"OMP_NUM_THREADS={max(1, cores // nproc_per_node)} (the cores divided by the processes)",
+            )
+        )
+    holder = port_holder(port)
+    if holder is not None:
+        traps.append(
+            Trap(
+                "warning",
+                f"port {port} is in use{holder}: a launch with --master-port={port} fails with "
+                f"EADDRINUSE, and one with --rdzv-endpoint=...:{port} may wait on whatever listens there",
+                "torchrun --standalone picks a free port; else pick another port, or stop that process",
+            )
+        )
+    traps += localhost_traps()
+    for pid, command in stale_launchers():
+        traps.append(
+            Trap(
+                "warning",
+                f"a launcher is already running: pid {pid}: {command}",
+                f"if it is left over from an earlier run, stop it (kill {pid}); it holds ports and cores",
+            )
+        )
+    return traps
+
+
+def port_holder(port: int) -> str | None:
+    """None if 127.0.0.1:`port` can be bound; else a phrase naming who holds it, where Linux's
+    /proc says."""
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+            return None
+        except OSError:
+            pass
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[3] == "0A":  # 0A: LISTEN
+                inodes.add(fields[9])
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            for fd in (proc / "fd").iterdir():
+                if os.readlink(fd) in {f"socket:[{i}]" for i in inodes}:
+                    return f" by pid {proc.name} ({command_line(int(proc.name))})"
+        except OSError:
+            continue
+    return ""
+
+
+def localhost_traps() -> list[Trap]:
+    """torchrun --standalone meets its workers at `localhost`: it must resolve, and to an address
+    that works."""
+    try:
+        infos = socket.getaddrinfo("localhost", None, type=socket.SOCK_STREAM)
+    except socket.gaierror:
+        return [Trap("error", "`localhost` does not resolve", "add `127.0.0.1 localhost` to /etc/hosts")]
+    family, *_, address = infos[0]
+    if family == socket.AF_INET6 and not can_bind(socket.AF_INET6, address[0]):
+        return [
+            Trap(
+                "warning",
+                f"`localhost` resolves first to {address[0]}, an IPv6 address this machine cannot use",
+                "put `127.0.0.1 localhost` first in /etc/hosts, or launch with --rdzv-endpoint=127.0.0.1:PORT",
+            )
+        ]
+    return []
+
+
+def can_bind(family: int, address: str) -> bool:
+    try:
+        with socket.socket(family) as s:
+            s.bind((address, 0))
+        return True
+    except OSError:
+        return False
+
+
+def command_line(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+    except OSError:
+        return "?"
+
+
+def stale_launchers() -> list[tuple[int, str]]:
+    """torchrun processes other than this one and its ancestors (Linux /proc)."""
+    mine, pid = set(), os.getpid()
+    while pid > 1:  # this process and its ancestors: a doctor run from a torchrun is not stale
+        mine.add(pid)
+        try:
+            pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            break
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        command = command_line(int(proc.name))
+        words = command.split()
+        launcher = any(w.endswith("/torchrun") or w == "torchrun" for w in words[:2]) or (
+            "torch.distributed.run" in words[:3] or "torch.distributed.launch" in words[:3]
+        )
+        if launcher and int(proc.name) not in mine:
+            found.append((int(proc.name), command))
+    return sorted(found)
+
+
+def format_traps(traps: list[Trap]) -> str:
+    if not traps:
+        return "no traps found: distributed runs should work here"
+    return "\n".join(f"{t.level}: {t.message}\n  fix: {t.fix}" for t in traps)

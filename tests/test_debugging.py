@@ -1,0 +1,102 @@
+"""docs/recovery/debugging.md: each broken example fails the way the page says, within its bound,
+and the diagnostic the page shows names the cause. The page's own commands and excerpts are run by
+test_docs.py; this file checks what they cannot: timings, a stack dump of a live hung rank, the
+failures without the diagnostic, and the torch behaviour the page warns about."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from commands import _kill_session, command_env
+from markdown_fences import REPO
+
+STUCK = "examples/debugging/step05_stuck_rank.py"
+UNEVEN = "examples/debugging/step04_uneven_batches.py"
+FAULTY = "tests/faulty_scripts"
+
+
+def test_a_mismatch_without_detail_aborts_a_rank_with_gloos_hint(command_runs):
+    result = command_runs.run(f"torchrun --standalone --nproc_per_node=2 {UNEVEN}")
+    assert result.returncode != 0 and not result.timed_out and not result.leftovers, result.describe()
+    assert result.elapsed_s < 60, result.describe()
+    assert "Is there a distributed collective mismatch in your code?" in result.stderr, result.describe()
+
+
+def test_mismatched_sizes_can_complete_with_a_wrong_number(command_runs):
+    """The page: "with other sizes the smaller collective can even complete with wrong numbers"."""
+    result = command_runs.run(f"torchrun --standalone --nproc_per_node=2 {FAULTY}/mismatched_sizes.py")
+    assert not result.timed_out and not result.leftovers, result.describe()
+    # 1 + 2: rank 1's first element, summed into a collective it never joined.
+    assert "rank 0 completed with [3.0]" in result.stdout, result.describe()
+
+
+def test_ddp_under_detail_still_crashes_on_gloo(command_runs):
+    """The page's warning holds for this torch. If this fails, torch fixed it: drop the warning on
+    docs/recovery/debugging.md, and let step04 use DDP."""
+    command = f"TORCH_DISTRIBUTED_DEBUG=DETAIL torchrun --standalone --nproc_per_node=2 {FAULTY}/ddp_under_detail.py"
+    result = command_runs.run(command)
+    assert not result.timed_out and not result.leftovers, result.describe()
+    assert "DDP built" not in result.stdout and "SIGSEGV" in result.stderr, result.describe()
+
+
+def test_a_rank_that_exits_early_fails_the_others_within_seconds(command_runs):
+    result = command_runs.run(f"torchrun --standalone --nproc_per_node=2 {STUCK} --exit-early")
+    waited = re.search(r"\[rank 0\] all_reduce failed after ([\d.]+) s", result.stdout)
+    assert waited and float(waited.group(1)) < 10, result.describe()  # not the 60 s timeout
+
+
+def test_monitored_barrier_names_the_stuck_rank_at_its_own_timeout(command_runs):
+    result = command_runs.run(f"torchrun --standalone --nproc_per_node=2 {STUCK} --monitored")
+    assert "Rank 1 failed to pass monitoredBarrier in 10000 ms" in result.stderr, result.describe()
+    assert result.elapsed_s < 45, result.describe()  # 10 s after the stuck step, not 60
+
+
+def test_a_stuck_rank_holds_the_others_until_the_timeout_and_py_spy_shows_where(tmp_path: Path):
+    """One run: dump the stuck rank's stack while it hangs, then watch rank 0 fail at the 60 s
+    timeout, and nothing outlive it."""
+    out = tmp_path / "out.txt"
+    with out.open("w") as sink:
+        proc = subprocess.Popen(
+            ["torchrun", "--standalone", "--nproc_per_node=2", STUCK],
+            cwd=REPO,
+            env=command_env(gpu=False),
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + 60
+        pid = None
+        while pid is None and time.monotonic() < deadline and proc.poll() is None:
+            m = re.search(r"stuck in load_batch at step 3; pid (\d+)", out.read_text())
+            pid = int(m.group(1)) if m else None
+            time.sleep(0.2)
+        assert pid, out.read_text()
+        stuck_at = time.monotonic()
+        py_spy = Path(sys.executable).parent / "py-spy"
+        dump = subprocess.run([str(py_spy), "dump", "--pid", str(pid)], capture_output=True, text=True, timeout=60)
+        assert dump.returncode == 0, dump.stderr
+        assert "load_batch" in dump.stdout and "step05_stuck_rank.py" in dump.stdout, dump.stdout
+
+        returncode = proc.wait(timeout=120)
+        ended = time.monotonic() - stuck_at
+        text = out.read_text()
+        assert returncode != 0 and "Timed out waiting 60000ms for recv operation to complete" in text, text
+        assert 55 < ended < 90, f"rank 0 failed {ended:.0f} s after rank 1 got stuck, not at the 60 s timeout"
+    finally:
+        left = _kill_session(proc.pid)
+        proc.wait()
+    assert not left, f"left running: {left}"
+
+
+@pytest.mark.parametrize("fixed", ["--fixed", "--balanced"])
+def test_the_fixes_pass_their_self_checks(command_runs, fixed):
+    script = STUCK if fixed == "--fixed" else "examples/debugging/step03_straggler.py"
+    result = command_runs.run_ok(f"torchrun --standalone --nproc_per_node=2 {script} {fixed}")
+    assert result.stdout.splitlines()[-1] == "self-check passed", result.describe()
