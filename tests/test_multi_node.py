@@ -149,3 +149,49 @@ def test_a_lost_namespace_node_is_replaced_and_the_job_resumes(namespaces, comma
     assert first_b != [0] and codes == [0, 0], text[-3000:]
     assert "[rank 1] SIGKILL at step 13" in text and "attempt 1: resumed from step 12" in text, text[-3000:]
     assert last_line(command_runs.run_ok(UNINTERRUPTED).stdout) in text, text[-3000:]
+
+
+def listening_addresses(pid: int) -> set[str]:
+    """The local addresses that process `pid` listens on, from Linux's /proc: '0.0.0.0', '::',
+    '127.0.0.1', ..."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    found = set()
+    for table, width in (("/proc/net/tcp", 8), ("/proc/net/tcp6", 32)):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A" and fields[9] in inodes:  # 0A: LISTEN
+                hexaddr = fields[1].split(":")[0]
+                found.add("::" if width == 32 and set(hexaddr) == {"0"} else hexaddr)
+    return {"0.0.0.0" if a == "00000000" else a for a in found}
+
+
+def test_torchrun_standalone_store_listens_on_every_interface(tmp_path):
+    """The page's pitfall: even with --standalone, torchrun's rendezvous store listens on every
+    interface, not only loopback (torch 2.13). If this fails, torch binds loopback now: update
+    docs/recovery/multi-node.md."""
+    log = tmp_path / "out.txt"
+    with log.open("w") as sink:
+        proc = subprocess.Popen(
+            ["torchrun", "--standalone", "--nproc_per_node=2", "examples/debugging/step05_stuck_rank.py"],
+            cwd=REPO,
+            env=command_env(gpu=False),
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + 60
+        while "stuck in load_batch" not in log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        addresses = listening_addresses(proc.pid)  # torchrun itself: the agent that hosts the store
+        assert addresses & {"0.0.0.0", "::"}, f"torchrun listens on {addresses}"
+    finally:
+        _kill_session(proc.pid)
+        proc.wait()
