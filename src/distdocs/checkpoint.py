@@ -143,6 +143,8 @@ def rng_states() -> dict:
 
 
 def restore_rng_states(states: dict) -> None:
+    """Put back the generators that `rng_states` saved on this rank: Python's, torch's, and NumPy's
+    and CUDA's where they were saved."""
     random.setstate(states["python"])
     torch.set_rng_state(states["torch"])
     if "numpy" in states:

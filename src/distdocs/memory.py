@@ -51,6 +51,7 @@ class ModelStates:
     optimizer: int
 
     def parts(self) -> dict[str, int]:
+        """The four parts by name, in the order the reports print them."""
         return {
             "weights": self.weights,
             "gradients": self.gradients,
@@ -64,6 +65,9 @@ class ModelStates:
 
 
 def bytes_per_parameter(precision: str = "bf16-mixed", optimizer: str = "adam") -> ModelStates:
+    """Bytes that one parameter costs in training, split into its parts, for a precision in
+    `PRECISIONS` and an optimizer in `OPTIMIZERS`; a ValueError names the choices otherwise.
+    Mixed precision keeps a float32 master copy beside the 16-bit weights."""
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, not {precision!r}")
     if optimizer not in OPTIMIZERS:
