@@ -83,3 +83,21 @@ def test_wrong_world_size_gets_one_line_naming_the_right_command():
     assert "exitcode  : 2" in result.stderr  # torchrun reports the rank's usage exit code
     # torchrun adds its own report and traceback when a worker fails; the script adds none.
     assert f'{script}", line' not in result.stderr
+
+
+@pytest.mark.parametrize("early", [False, True], ids=["late-import", "early-import"])
+def test_a_late_import_keeps_the_group_alive_past_destroy(command_runs, early):
+    """Item 7 of the setup on the data-parallelism page: why every example ends with os._exit(0).
+    If the late import stops leaving threads behind, torch fixed it: revisit that item."""
+    flag = " --early" if early else ""
+    result = command_runs.run_ok(
+        f"torchrun --standalone --nproc_per_node=2 tests/faulty_scripts/late_import_keeps_group.py{flag}"
+    )
+    left = "pt_gloo_runloop" in result.stdout
+    assert left != early, result.describe()
+
+
+def test_every_example_leaves_without_pythons_shutdown():
+    for script in EXAMPLE_SCRIPTS:
+        tail = script.read_text().rstrip().splitlines()[-3:]
+        assert "    os._exit(0)" in tail, f"{script.name} does not end with os._exit(0) after main()"

@@ -139,4 +139,8 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    # Done: leave without Python's shutdown. torch can keep the group's worker threads alive past
+    # destroy_process_group, and one that frees a tensor while the interpreter shuts down aborts it.
+    sys.stdout.flush()
+    os._exit(0)
 # --8<-- [end:setup]
