@@ -29,7 +29,7 @@ CHROMIUM_ARGS = [
 # An asset that the browser loads by itself: scripts, stylesheets, icons, images, frames.
 LOADED_URL = re.compile(
     r"""<(?:script|img|iframe|source)\b[^>]*\bsrc=["'](https?:)?//"""
-    r"""|<link\b[^>]*\bhref=["'](https?:)?//""",
+    r"""|<link\b(?![^>]*\brel=["']canonical)[^>]*\bhref=["'](https?:)?//""",  # a canonical URL is not loaded
     re.I,
 )
 
@@ -53,6 +53,14 @@ def test_strict_build_has_every_page(site_dir):
 def test_includes_are_expanded_in_the_built_page(site_dir):
     html = (site_dir / "lesson/data-parallelism/index.html").read_text()
     assert "average_gradients" in html and "--8&lt;--" not in html
+
+
+def test_every_page_has_a_canonical_url_and_an_edit_link(site_dir):
+    for page in ("index.html", "lesson/data-parallelism/index.html", "recovery/debugging/index.html"):
+        html = (site_dir / page).read_text()
+        assert 'rel="canonical" href="https://' in html, page
+        assert "/edit/main/docs/" in html, page  # Material's edit button, from edit_uri
+        assert 'data-md-component="source"' not in html, page  # it would fetch repository facts
 
 
 def test_no_page_loads_anything_from_another_host(site_dir):

@@ -309,11 +309,10 @@ for r in compare(run["records"], net):
 # that share one machine's memory slow each other's computation down.
 
 # %%
-# Self-check: the model and the measurement agree on which model scales, and in the model the
-# sync-heavy model's allreduce, 32 times the bytes, takes longer at every number of workers.
+# Self-check: in the model, the compute-heavy model scales better, and the sync-heavy model's
+# allreduce, 32 times the bytes, takes longer at every number of workers. (The measured speedups
+# are printed, not asserted: on a busy machine they move, and timings belong to benchmarks.)
 assert predicted["compute-bound"][2].speedup > predicted["sync-bound"][2].speedup
-if len(sizes) > 1:
-    assert measured["compute-bound", 2]["speedup"] > measured["sync-bound", 2]["speedup"]
 assert all(predicted["sync-bound"][n].sync > predicted["compute-bound"][n].sync for n in workers[1:])
 print("step 3 self-check passed")
 
