@@ -34,7 +34,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 
 # Checks that need the network beyond the install, so not part of `make test`: whether the reason the
-# launchers page gives for not running Horovod still holds.
+# launchers page gives for not running Horovod still holds, and whether the links to other sites answer.
 check-upstream: $(STAMP)
 	$(BIN)/python -m pytest -m upstream tests/test_upstream.py
 

@@ -4,11 +4,13 @@ the home page has no console errors, search finds the lesson, and every request 
 from __future__ import annotations
 
 import functools
+import html.parser
 import http.server
 import json
 import os
 import re
 import threading
+import urllib.parse
 from pathlib import Path
 
 import pytest
@@ -61,6 +63,48 @@ def test_every_page_has_a_canonical_url_and_an_edit_link(site_dir):
         assert 'rel="canonical" href="https://' in html, page
         assert "/edit/main/docs/" in html, page  # Material's edit button, from edit_uri
         assert 'data-md-component="source"' not in html, page  # it would fetch repository facts
+
+
+class _Links(html.parser.HTMLParser):
+    """The hrefs and the ids of one HTML page."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hrefs: list[str] = []
+        self.ids: set[str] = set()
+
+    def handle_starttag(self, tag, attrs) -> None:
+        attrs = dict(attrs)
+        if attrs.get("id"):
+            self.ids.add(attrs["id"])
+        if tag == "a" and attrs.get("href"):
+            self.hrefs.append(attrs["href"])
+
+
+def test_every_link_inside_the_site_reaches_its_page_and_anchor(site_dir):
+    pages = {}
+    for page in site_dir.rglob("*.html"):
+        parser = _Links()
+        parser.feed(page.read_text())
+        pages[page] = parser
+    site_url = re.search(r"^site_url:\s*(\S+)", (REPO / "mkdocs.yml").read_text(), re.M).group(1)
+    base = urllib.parse.urlparse(site_url).path
+    broken = []
+    for page, links in pages.items():
+        for href in links.hrefs:
+            if re.match(r"^[a-z][a-z0-9+.-]*:", href, re.I) or href.startswith("//"):
+                continue  # another site (checked by `make check-upstream`), mailto:, data:
+            path, _, anchor = urllib.parse.unquote(href).partition("#")
+            if path.startswith("/"):  # absolute, under site_url's path (the 404 page links this way)
+                path = str(site_dir / path.removeprefix(base).lstrip("/"))
+            target = (page.parent / path).resolve() if path else page
+            if target.is_dir():
+                target = target / "index.html"
+            if not target.is_file():
+                broken.append(f"{page.relative_to(site_dir)}: {href} (no such page)")
+            elif anchor and target.suffix == ".html" and anchor not in pages.get(target, _Links()).ids:
+                broken.append(f"{page.relative_to(site_dir)}: {href} (no such anchor)")
+    assert not broken, broken
 
 
 def test_no_page_loads_anything_from_another_host(site_dir):

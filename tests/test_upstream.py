@@ -10,6 +10,7 @@ example. Checking the reason costs a 5 s download; building Horovod takes about 
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import tarfile
@@ -66,3 +67,31 @@ def test_horovod_still_cannot_build_against_our_torch(tmp_path):
     assert "C++17 or later compatible compiler is required" in TORCH_HEADER.read_text(), (
         f"torch {torch.__version__} no longer requires C++17: Horovod {version} may build now"
     )
+
+
+EXTERNAL_LINK = re.compile(r"\]\((https?://[^)\s]+)\)|<(https?://[^>\s]+)>")
+
+
+def external_links() -> list[tuple[str, str]]:
+    """(page, URL) for every link to another site in docs/."""
+    docs = Path(__file__).resolve().parent.parent / "docs"
+    found = []
+    for page in sorted(docs.rglob("*.md")):
+        for m in EXTERNAL_LINK.finditer(page.read_text()):
+            found.append((str(page.relative_to(docs)), m.group(1) or m.group(2)))
+    return found
+
+
+@pytest.mark.parametrize(("page", "url"), external_links(), ids=[f"{p}:{u}" for p, u in external_links()])
+def test_external_link_answers(page, url):
+    """Links to other sites still lead somewhere: a 2xx or 3xx answer within 30 s."""
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(url, headers={"User-Agent": "distdocs link check"}, method="GET")
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            status = response.status
+    except urllib.error.HTTPError as e:
+        status = e.code
+    assert status < 400, f"{page}: {url} answered {status}"
