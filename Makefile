@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 # Material prints a banner about its successor on every build; it is noise in test logs.
 export NO_MKDOCS_2_WARNING := 1
 
-.PHONY: soak serve test lint build bench check-upstream lock chromium clean
+.PHONY: soak serve test lint build bench check-upstream gpu-check lock chromium clean
 
 # The lock pins every package, torch==2.13.0 (a CPU build) among them: an unpinned torch would pull
 # a CUDA build of several GB. The stamp makes the install run again when the lock changes.
@@ -37,6 +37,11 @@ lint: $(STAMP)
 # launchers page gives for not running Horovod still holds, and whether the links to other sites answer.
 check-upstream: $(STAMP)
 	$(BIN)/python -m pytest -m upstream tests/test_upstream.py
+
+# The nccl half of every "runs unchanged on GPUs": on a CUDA machine, every GPU tab and every example,
+# one process per GPU, reported in benchmarks/gpu-check.txt. Without CUDA it skips, saying so.
+gpu-check: $(STAMP)
+	PATH=$(BIN):$$PATH $(BIN)/python tests/gpu_check.py
 
 # Re-measure the data that the pages quote; the machine is recorded with the numbers.
 bench: $(STAMP)

@@ -1,0 +1,44 @@
+"""`make gpu-check` (tests/gpu_check.py): it covers every GPU tab and every example, skips what one
+GPU cannot run with the reason, exits 0 with one line where there is no CUDA, and the home page says
+whether its report exists."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import gpu_check
+from markdown_fences import REPO, all_examples, all_fences
+
+
+def test_it_covers_every_gpu_tab_and_every_example():
+    names = [name for name, _ in gpu_check.items(gpus=1)]
+    tabs = [f.where for f in all_fences() if f.kind == "command" and f.gpu]
+    assert tabs and set(tabs) <= set(names)
+    assert {str(p.relative_to(REPO)) for p in all_examples()} <= set(names)
+
+
+def test_one_gpu_runs_each_example_at_world_size_1():
+    plan = dict(gpu_check.items(gpus=1))
+    assert plan["examples/data_parallel/step02_ddp.py"] == (
+        "torchrun --standalone --nproc_per_node=1 examples/data_parallel/step02_ddp.py"
+    )
+    assert all("--nproc_per_node=2" not in c and "--nproc_per_node=4" not in c for c in plan.values())
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="there is CUDA here: make gpu-check runs for real")
+def test_without_cuda_it_says_so_in_one_line_and_exits_0():
+    result = subprocess.run([sys.executable, "tests/gpu_check.py"], cwd=REPO, capture_output=True, text=True)
+    assert result.returncode == 0 and result.stdout.strip().count("\n") == 0
+    assert result.stdout.startswith("gpu-check: skipped: no CUDA")
+
+
+def test_the_home_page_says_whether_the_gpu_half_was_checked():
+    page = (REPO / "docs/index.md").read_text()
+    if gpu_check.REPORT.exists():
+        assert "gpu-check.txt" in page, "a GPU report exists: include it on the home page"
+    else:
+        assert "has not yet been run on\n    a GPU" in page
