@@ -197,6 +197,45 @@ def _random_cases(count: int) -> list:
     return cases
 
 
+PAGE_BUDGET, NOTEBOOK_BUDGET = 1_000_000, 1_500_000  # bytes a reader's browser transfers for one page
+
+
+def test_every_page_weighs_at_most_1_mb_in_chromium(served_site, site_dir):
+    """What a reader with an empty cache transfers for each page: the files Chromium fetches for it
+    (the HTML, the theme's CSS and JS, the search index, images), each counted at its gzip size, as
+    GitHub Pages serves them. Notebook pages carry Jupyter's CSS and their plots, and get 1.5 MB."""
+    _chromium_or_skip()
+    import gzip
+
+    from playwright.sync_api import sync_playwright
+
+    pages = sorted(p.relative_to(site_dir).parent.as_posix() for p in site_dir.rglob("index.html"))
+    heavy, heaviest = [], (0, "")
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            for path in pages:
+                context = browser.new_context()  # an empty cache for each page
+                page = context.new_page()
+                fetched: list[str] = []
+                page.on("requestfinished", lambda r, fetched=fetched: fetched.append(r.url))
+                page.goto(served_site + ("" if path == "." else path + "/"), wait_until="networkidle")
+                context.close()
+                total = 0
+                for url in fetched:
+                    local = urllib.parse.unquote(urllib.parse.urlparse(url).path).lstrip("/")
+                    file = site_dir / local / "index.html" if local.endswith("/") or not local else site_dir / local
+                    total += len(gzip.compress(file.read_bytes(), compresslevel=6))
+                budget = NOTEBOOK_BUDGET if path.startswith("lab/simulate") else PAGE_BUDGET
+                heaviest = max(heaviest, (total, path))
+                if total > budget:
+                    heavy.append(f"{path}: {total} bytes, over {budget}")
+        finally:
+            browser.close()
+    assert not heavy, heavy
+    assert heaviest[0] > 50_000, heaviest  # the count saw the theme and the search index, not only HTML
+
+
 def test_scaling_explorer_is_the_python_cost_model_and_redraws_when_a_control_moves(served_site):
     """The page's JavaScript port equals distdocs.costmodel within 1e-9 relative on 300 random
     inputs; moving a control (typing a bandwidth, pressing a key) redraws the curve that the
