@@ -100,3 +100,29 @@ def test_the_fixes_pass_their_self_checks(command_runs, fixed):
     script = STUCK if fixed == "--fixed" else "examples/debugging/step03_straggler.py"
     result = command_runs.run_ok(f"torchrun --standalone --nproc_per_node=2 {script} {fixed}")
     assert result.stdout.splitlines()[-1] == "self-check passed", result.describe()
+
+
+def saved_rows(name: str) -> list[list[str]]:
+    lines = (REPO / "benchmarks" / name).read_text().splitlines()
+    return [
+        ln.split() for ln in lines if ln.strip() and ln.split()[0].isdigit() or ln.split()[:1] in (["mistake"], ["fix"])
+    ]
+
+
+def test_saved_straggler_run_supports_what_the_page_says():
+    """ "The straggler is the rank that waits least", and it keeps the most activations."""
+    rows = [r for r in saved_rows("debugging-straggler-cpu.txt") if r[0].isdigit()]
+    compute = {int(r[0]): float(r[2]) for r in rows}
+    wait = {int(r[0]): float(r[3]) for r in rows}
+    kept = {int(r[0]): float(r[4]) for r in rows}
+    straggler = max(compute, key=compute.get)
+    assert straggler == 1 and min(wait, key=wait.get) == straggler and max(kept, key=kept.get) == straggler
+
+
+def test_saved_slower_run_supports_what_the_page_says():
+    """ "With 8 samples per rank, most of each step is synchronisation; with 1024, the computation
+    hides the all_reduce"."""
+    share = {
+        r[0]: float(r[4].rstrip("%")) for r in saved_rows("debugging-slower-cpu.txt") if r[0] in ("mistake", "fix")
+    }
+    assert share["mistake"] > 50 > share["fix"]
