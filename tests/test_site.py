@@ -312,3 +312,44 @@ def test_lab_notebook_page_is_executed_and_downloadable(site_dir):
     )
     nbformat.validate(notebook)
     assert sum(c.cell_type == "code" for c in notebook.cells) >= 10
+
+
+def test_quiz_grades_a_right_and_a_wrong_answer_in_chromium(served_site):
+    """The final quiz, answered in the browser: the seed's first question right, its second wrong.
+    Each shows its verdict and the chosen answer's explanation."""
+    _chromium_or_skip()
+    from playwright.sync_api import expect, sync_playwright
+
+    errors = []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page()
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(served_site + "quiz/", wait_until="networkidle")
+            right, wrong = page.locator("#quiz-0"), page.locator("#quiz-1")
+            expect(right.locator(".quiz-question")).to_contain_text("speedup plateaus")
+            expect(wrong.locator(".quiz-question")).to_contain_text("Small models that fit on one GPU")
+
+            right.locator("label[for=quiz-0-1]").click()  # gradient synchronization: right
+            expect(right.locator("div:has(> #quiz-0-1)")).to_have_class(re.compile(r"\bcorrect\b"))
+            expect(right.locator(".quiz-feedback")).to_be_visible()
+            expect(right.locator(".quiz-feedback")).to_contain_text("Right. Every step ends with an all_reduce")
+
+            wrong.locator("label[for=quiz-1-0]").click()  # "True": wrong
+            expect(wrong.locator("div:has(> #quiz-1-0)")).to_have_class(re.compile(r"\bwrong\b"))
+            expect(wrong.locator("div:has(> #quiz-1-1)")).to_have_class(re.compile(r"\bcorrect\b"))  # shown
+            expect(wrong.locator(".quiz-feedback")).to_be_visible()
+            expect(wrong.locator(".quiz-feedback")).to_contain_text("little computation per step")
+        finally:
+            browser.close()
+    assert not errors, errors
+
+
+def test_the_final_quiz_asks_the_seed_questions_with_their_answers():
+    page = (REPO / "docs/quiz.md").read_text()
+    assert "The most common reason parallel training speedup plateaus is" in page
+    assert "- [x] gradient synchronization" in page
+    assert "Small models that fit on one GPU usually benefit the most from data parallelism." in page
+    assert "- [x] False" in page and "- [ ] True" in page
+    assert page.count("<quiz>") >= 8 and "all of the above" not in page.lower()
