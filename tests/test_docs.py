@@ -146,3 +146,20 @@ def test_reference_page_documents_every_subcommand():
     missing = [f"distdocs {name} --help" for name in commands.choices if f"distdocs {name} --help" not in text]
     missing += [f"distdocs bench {n} --help" for n in cli.BENCHMARKS if f"distdocs bench {n} --help" not in text]
     assert not missing, f"subcommands without a section on the reference page: {missing}"
+
+
+QUIZ = re.compile(r"<quiz>\n(.*?)</quiz>", re.S)
+
+
+@pytest.mark.parametrize("page", sorted((DOCS / "lesson").glob("*.md")), ids=lambda p: str(p.relative_to(REPO)))
+def test_every_lesson_page_ends_with_a_short_quiz_whose_answers_explain_themselves(page):
+    text = page.read_text()
+    quizzes = QUIZ.findall(text)
+    assert 2 <= len(quizzes) <= 4, f"{page.name}: {len(quizzes)} questions, not 2 to 4"
+    assert "\n## " not in text[text.index("## Check yourself") + 3 :], f"{page.name}: the quiz is not at the end"
+    for quiz in quizzes:
+        answers = re.findall(r"^- \[([ x])\] ", quiz, re.M)
+        assert answers.count("x") == 1 and len(answers) >= 3, quiz[:80]
+        assert len(re.findall(r"^> ", quiz, re.M)) == len(answers), f"an answer without its explanation: {quiz[:80]}"
+        assert re.search(r"\]\([^)]*#[\w-]+\)|\]\([\w/-]+\.md\)", quiz), f"no link to the section it tests: {quiz[:80]}"
+        assert "all of the above" not in quiz.lower()
