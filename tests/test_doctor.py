@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import socket
 import subprocess
+import time
 
 import pytest
 
@@ -80,6 +81,9 @@ def test_localhost_that_does_not_resolve_is_an_error(monkeypatch):
 def test_a_launcher_left_running_is_found_and_this_one_is_not():
     stale = subprocess.Popen(["bash", "-c", "exec -a torchrun sleep 60"])
     try:
+        deadline = time.monotonic() + 10
+        while not doctor.command_line(stale.pid).startswith("torchrun") and time.monotonic() < deadline:
+            time.sleep(0.05)  # until bash has exec'd into the renamed sleep
         found = dict(doctor.stale_launchers())
         assert stale.pid in found and found[stale.pid].startswith("torchrun")
     finally:
