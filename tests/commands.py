@@ -204,14 +204,7 @@ class CommandRuns:
             problems.append(f"took {result.elapsed_s:.1f} s, over the {within_s} s it must end within")
         if result.returncode != exit_code:
             problems.append(f"exit code {result.returncode}, not {exit_code}")
-        if result.leftovers:
-            problems.append("left processes running")
-        crash = [m for m in EXIT_CRASH_MARKERS if m in result.stderr]
-        if crash:
-            problems.append(f"a process aborted ({crash[0]!r} in stderr)")
-        if problems:
-            pytest.fail("; ".join(problems) + "\n" + result.describe(), pytrace=False)
-        return result
+        return _fail_unless_clean(result, problems)
 
     def run_ok(self, command: str, gpu: bool = False, busy_port: int | None = None) -> CommandResult:
         """Run, and fail the test unless it exited 0, in time, cleanly, leaving nothing behind."""
@@ -221,11 +214,17 @@ class CommandRuns:
             problems.append(f"timed out after {COMMAND_TIMEOUT_S} s")
         elif result.returncode != 0:
             problems.append(f"exit code {result.returncode}")
-        if result.leftovers:
-            problems.append("left processes running")
-        crash = [m for m in EXIT_CRASH_MARKERS if m in result.stderr]
-        if crash:
-            problems.append(f"a process aborted ({crash[0]!r} in stderr)")
-        if problems:
-            pytest.fail("; ".join(problems) + "\n" + result.describe(), pytrace=False)
-        return result
+        return _fail_unless_clean(result, problems)
+
+
+def _fail_unless_clean(result: CommandResult, problems: list[str]) -> CommandResult:
+    """Add what every run must avoid (processes left behind, an abort) to `problems`; fail the
+    test with the run's report if there are any, else return the result."""
+    if result.leftovers:
+        problems.append("left processes running")
+    crash = [m for m in EXIT_CRASH_MARKERS if m in result.stderr]
+    if crash:
+        problems.append(f"a process aborted ({crash[0]!r} in stderr)")
+    if problems:
+        pytest.fail("; ".join(problems) + "\n" + result.describe(), pytrace=False)
+    return result
