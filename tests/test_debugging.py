@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from distdocs.doctor import listening_sockets, socket_inodes
+
 from commands import _kill_session, command_env
 from markdown_fences import REPO
 
@@ -58,8 +60,8 @@ def test_monitored_barrier_names_the_stuck_rank_at_its_own_timeout(command_runs)
 
 
 def test_a_stuck_rank_holds_the_others_until_the_timeout_and_py_spy_shows_where(tmp_path: Path):
-    """One run: dump the stuck rank's stack while it hangs, then watch rank 0 fail at the 60 s
-    timeout, and nothing outlive it."""
+    """One run: see where torchrun listens, dump the stuck rank's stack while it hangs, then watch
+    rank 0 fail at the 60 s timeout, and nothing outlive it."""
     out = tmp_path / "out.txt"
     with out.open("w") as sink:
         proc = subprocess.Popen(
@@ -79,6 +81,11 @@ def test_a_stuck_rank_holds_the_others_until_the_timeout_and_py_spy_shows_where(
             time.sleep(0.2)
         assert pid, out.read_text()
         stuck_at = time.monotonic()
+        # docs/recovery/multi-node.md's pitfall: even with --standalone, torchrun (this process, the
+        # agent that hosts the store) listens on every interface, not only loopback (torch 2.13).
+        mine = socket_inodes(proc.pid)
+        addresses = {address for address, _, inode in listening_sockets() if inode in mine}
+        assert addresses & {"0.0.0.0", "::"}, f"torchrun listens on {addresses}: update the multi-node page"
         py_spy = Path(sys.executable).parent / "py-spy"
         dump = subprocess.run([str(py_spy), "dump", "--pid", str(pid)], capture_output=True, text=True, timeout=60)
         assert dump.returncode == 0, dump.stderr

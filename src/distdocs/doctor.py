@@ -124,7 +124,17 @@ def port_holder(port: int) -> str | None:
             return None
         except OSError:
             pass
-    inodes = set()
+    inodes = {inode for _, listening_port, inode in listening_sockets() if listening_port == port}
+    for proc in Path("/proc").glob("[0-9]*"):
+        if socket_inodes(int(proc.name)) & inodes:
+            return f" by pid {proc.name} ({command_line(int(proc.name))})"
+    return ""
+
+
+def listening_sockets() -> list[tuple[str, int, str]]:
+    """Every TCP socket listening on this machine, from Linux's /proc: (address, port, inode), the
+    address as "0.0.0.0" or "::" for every interface, else in /proc's hex."""
+    found = []
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
             lines = Path(table).read_text().splitlines()[1:]
@@ -132,16 +142,26 @@ def port_holder(port: int) -> str | None:
             continue
         for line in lines:
             fields = line.split()
-            if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[3] == "0A":  # 0A: LISTEN
-                inodes.add(fields[9])
-    for proc in Path("/proc").glob("[0-9]*"):
-        try:
-            for fd in (proc / "fd").iterdir():
-                if os.readlink(fd) in {f"socket:[{i}]" for i in inodes}:
-                    return f" by pid {proc.name} ({command_line(int(proc.name))})"
-        except OSError:
-            continue
-    return ""
+            if fields[3] != "0A":  # 0A: LISTEN
+                continue
+            address, port = fields[1].rsplit(":", 1)
+            if set(address) == {"0"}:
+                address = "::" if table.endswith("6") else "0.0.0.0"
+            found.append((address, int(port, 16), fields[9]))
+    return found
+
+
+def socket_inodes(pid: int) -> set[str]:
+    """The inodes of the sockets that process `pid` holds open (empty if /proc does not say)."""
+    inodes = set()
+    try:
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            target = os.readlink(fd)
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+    except OSError:
+        pass
+    return inodes
 
 
 def localhost_traps() -> list[Trap]:
