@@ -3,6 +3,7 @@ the home page has no console errors, search finds the lesson, and every request 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import html.parser
 import http.server
@@ -133,45 +134,51 @@ def served_site(site_dir):
         server.server_close()
 
 
-def _chromium_or_skip():
+@contextlib.contextmanager
+def chromium():
+    """Debian's Chromium, headless, through Playwright; closed however the test ends. Skips where
+    there is none, except in CI, which must have it."""
     if not os.path.exists(CHROMIUM):
         if os.environ.get("CI"):
             pytest.fail("CI needs Debian's chromium at /usr/bin/chromium; `make test` installs it as root")
         pytest.skip("no /usr/bin/chromium; `make test` installs it when run as root")
+    from playwright.sync_api import sync_playwright
 
-
-def test_home_page_and_search_in_chromium(served_site):
-    _chromium_or_skip()
-    from playwright.sync_api import expect, sync_playwright
-
-    requests, errors = [], []
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
-            page = browser.new_page()
-            page.on("request", lambda r: requests.append(r.url))
-            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            page.goto(served_site, wait_until="networkidle")
-            expect(page).to_have_title(re.compile("distdocs"))
-            expect(page.locator("h1")).to_contain_text("distdocs")
-
-            search = page.locator("input.md-search__input")
-            search.focus()  # opens the search; the index loads in a web worker
-            # A query typed before the index is ready is not run again, so wait for it first.
-            expect(page.locator(".md-search-result__meta")).to_have_text(
-                re.compile("Type to start searching"), timeout=15_000
-            )
-            search.press_sequentially("data parallelism", delay=20)  # real key events, as a reader types
-            hit = page.locator(".md-search-result__item a[href*='lesson/data-parallelism/']").first
-            expect(hit).to_be_visible(timeout=15_000)
-
-            scheme = page.locator("body").get_attribute("data-md-color-scheme")
-            page.keyboard.press("Escape")
-            page.locator("form[data-md-component=palette] label:visible").first.click()
-            expect(page.locator("body")).not_to_have_attribute("data-md-color-scheme", scheme)
+            yield browser
         finally:
             browser.close()
+
+
+def test_home_page_and_search_in_chromium(served_site):
+    from playwright.sync_api import expect
+
+    requests, errors = [], []
+    with chromium() as browser:
+        page = browser.new_page()
+        page.on("request", lambda r: requests.append(r.url))
+        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(served_site, wait_until="networkidle")
+        expect(page).to_have_title(re.compile("distdocs"))
+        expect(page.locator("h1")).to_contain_text("distdocs")
+
+        search = page.locator("input.md-search__input")
+        search.focus()  # opens the search; the index loads in a web worker
+        # A query typed before the index is ready is not run again, so wait for it first.
+        expect(page.locator(".md-search-result__meta")).to_have_text(
+            re.compile("Type to start searching"), timeout=15_000
+        )
+        search.press_sequentially("data parallelism", delay=20)  # real key events, as a reader types
+        hit = page.locator(".md-search-result__item a[href*='lesson/data-parallelism/']").first
+        expect(hit).to_be_visible(timeout=15_000)
+
+        scheme = page.locator("body").get_attribute("data-md-color-scheme")
+        page.keyboard.press("Escape")
+        page.locator("form[data-md-component=palette] label:visible").first.click()
+        expect(page.locator("body")).not_to_have_attribute("data-md-color-scheme", scheme)
     assert not errors, f"console errors: {errors}"
     foreign = [u for u in requests if not u.startswith(served_site) and not u.startswith(("data:", "blob:"))]
     assert not foreign, f"requests to other hosts: {foreign}"
@@ -204,34 +211,27 @@ def test_every_page_weighs_at_most_1_mb_in_chromium(served_site, site_dir):
     """What a reader with an empty cache transfers for each page: the files Chromium fetches for it
     (the HTML, the theme's CSS and JS, the search index, images), each counted at its gzip size, as
     GitHub Pages serves them. Notebook pages carry Jupyter's CSS and their plots, and get 1.5 MB."""
-    _chromium_or_skip()
     import gzip
-
-    from playwright.sync_api import sync_playwright
 
     pages = sorted(p.relative_to(site_dir).parent.as_posix() for p in site_dir.rglob("index.html"))
     heavy, heaviest = [], (0, "")
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            for path in pages:
-                context = browser.new_context()  # an empty cache for each page
-                page = context.new_page()
-                fetched: list[str] = []
-                page.on("requestfinished", lambda r, fetched=fetched: fetched.append(r.url))
-                page.goto(served_site + ("" if path == "." else path + "/"), wait_until="networkidle")
-                context.close()
-                total = 0
-                for url in fetched:
-                    local = urllib.parse.unquote(urllib.parse.urlparse(url).path).lstrip("/")
-                    file = site_dir / local / "index.html" if local.endswith("/") or not local else site_dir / local
-                    total += len(gzip.compress(file.read_bytes(), compresslevel=6))
-                budget = NOTEBOOK_BUDGET if path.startswith("lab/simulate") else PAGE_BUDGET
-                heaviest = max(heaviest, (total, path))
-                if total > budget:
-                    heavy.append(f"{path}: {total} bytes, over {budget}")
-        finally:
-            browser.close()
+    with chromium() as browser:
+        for path in pages:
+            context = browser.new_context()  # an empty cache for each page
+            page = context.new_page()
+            fetched: list[str] = []
+            page.on("requestfinished", lambda r, fetched=fetched: fetched.append(r.url))
+            page.goto(served_site + ("" if path == "." else path + "/"), wait_until="networkidle")
+            context.close()
+            total = 0
+            for url in fetched:
+                local = urllib.parse.unquote(urllib.parse.urlparse(url).path).lstrip("/")
+                file = site_dir / local / "index.html" if local.endswith("/") or not local else site_dir / local
+                total += len(gzip.compress(file.read_bytes(), compresslevel=6))
+            budget = NOTEBOOK_BUDGET if path.startswith("lab/simulate") else PAGE_BUDGET
+            heaviest = max(heaviest, (total, path))
+            if total > budget:
+                heavy.append(f"{path}: {total} bytes, over {budget}")
     assert not heavy, heavy
     assert heaviest[0] > 50_000, heaviest  # the count saw the theme and the search index, not only HTML
 
@@ -240,9 +240,6 @@ def test_scaling_explorer_is_the_python_cost_model_and_redraws_when_a_control_mo
     """The page's JavaScript port equals distdocs.costmodel within 1e-9 relative on 300 random
     inputs; moving a control (typing a bandwidth, pressing a key) redraws the curve that the
     Python model gives for the new settings."""
-    _chromium_or_skip()
-    from playwright.sync_api import sync_playwright
-
     from distdocs.costmodel import Network, Workload, simulate
 
     def python(work: dict, net: dict, algorithm: str, sizes: list) -> list:
@@ -259,43 +256,39 @@ def test_scaling_explorer_is_the_python_cost_model_and_redraws_when_a_control_mo
 
     cases = _random_cases(300)
     errors = []
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            page = browser.new_page()
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            loaded = []
-            page.on("requestfinished", lambda r: loaded.append(r.sizes()["responseBodySize"]))
-            page.goto(served_site + "lab/scaling-explorer/", wait_until="networkidle")
-            assert sum(loaded) <= 1_000_000, f"the explorer page transfers {sum(loaded)} bytes"
-            got = page.evaluate(
-                "cases => cases.map(([w, n, a, s]) => window.distdocsCostModel.simulate(w, s, n, a)"
-                ".map(r => [r.step, r.exposed, r.speedup, r.efficiency]))",
-                cases,
-            )
-            for case, js in zip(cases, got):
-                for r, values in zip(python(*case), js):
-                    assert values == pytest.approx([r.step, r.exposed_sync, r.speedup, r.efficiency], rel=1e-9), case
+    with chromium() as browser:
+        page = browser.new_page()
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        loaded = []
+        page.on("requestfinished", lambda r: loaded.append(r.sizes()["responseBodySize"]))
+        page.goto(served_site + "lab/scaling-explorer/", wait_until="networkidle")
+        assert sum(loaded) <= 1_000_000, f"the explorer page transfers {sum(loaded)} bytes"
+        got = page.evaluate(
+            "cases => cases.map(([w, n, a, s]) => window.distdocsCostModel.simulate(w, s, n, a)"
+            ".map(r => [r.step, r.exposed, r.speedup, r.efficiency]))",
+            cases,
+        )
+        for case, js in zip(cases, got):
+            for r, values in zip(python(*case), js):
+                assert values == pytest.approx([r.step, r.exposed_sync, r.speedup, r.efficiency], rel=1e-9), case
 
-            speedups = lambda: json.loads(page.locator("#explorer-app").get_attribute("data-speedups"))  # noqa: E731
-            sizes = [2**i for i in range(11)]  # the page's default: up to 1024 workers
-            defaults = {"params": 100e6, "computePerSample": 1e-5, "microBatch": 2048, "accumulation": 1,
-                        "gradientDtype": "fp32", "bucketBytes": 25 * 2**20, "overlap": True}  # fmt: skip
-            pcie = {"alpha": 10 * 1e-6, "beta": 1 / (25 * 1e9)}  # the first preset, distdocs' pcie4
-            assert speedups() == pytest.approx([r.speedup for r in python(defaults, pcie, "ring", sizes)], rel=1e-9)
+        speedups = lambda: json.loads(page.locator("#explorer-app").get_attribute("data-speedups"))  # noqa: E731
+        sizes = [2**i for i in range(11)]  # the page's default: up to 1024 workers
+        defaults = {"params": 100e6, "computePerSample": 1e-5, "microBatch": 2048, "accumulation": 1,
+                    "gradientDtype": "fp32", "bucketBytes": 25 * 2**20, "overlap": True}  # fmt: skip
+        pcie = {"alpha": 10 * 1e-6, "beta": 1 / (25 * 1e9)}  # the first preset, distdocs' pcie4
+        assert speedups() == pytest.approx([r.speedup for r in python(defaults, pcie, "ring", sizes)], rel=1e-9)
 
-            page.fill("#explorer-bandwidth", "100")  # four times the bandwidth
-            faster = {**pcie, "beta": 1 / (100 * 1e9)}
-            assert speedups() == pytest.approx([r.speedup for r in python(defaults, faster, "ring", sizes)], rel=1e-9)
+        page.fill("#explorer-bandwidth", "100")  # four times the bandwidth
+        faster = {**pcie, "beta": 1 / (100 * 1e9)}
+        assert speedups() == pytest.approx([r.speedup for r in python(defaults, faster, "ring", sizes)], rel=1e-9)
 
-            page.focus("#explorer-accumulation")
-            page.keyboard.press("ArrowUp")  # keyboard alone: accumulate 2 micro-batches
-            more = {**defaults, "accumulation": 2}
-            assert speedups() == pytest.approx([r.speedup for r in python(more, faster, "ring", sizes)], rel=1e-9)
-            label = page.locator("#explorer-chart").get_attribute("aria-label")
-            assert "at 1024 workers" in label
-        finally:
-            browser.close()
+        page.focus("#explorer-accumulation")
+        page.keyboard.press("ArrowUp")  # keyboard alone: accumulate 2 micro-batches
+        more = {**defaults, "accumulation": 2}
+        assert speedups() == pytest.approx([r.speedup for r in python(more, faster, "ring", sizes)], rel=1e-9)
+        label = page.locator("#explorer-chart").get_attribute("aria-label")
+        assert "at 1024 workers" in label
     assert not errors, errors
 
 
@@ -317,32 +310,27 @@ def test_lab_notebook_page_is_executed_and_downloadable(site_dir):
 def test_quiz_grades_a_right_and_a_wrong_answer_in_chromium(served_site):
     """The final quiz, answered in the browser: the seed's first question right, its second wrong.
     Each shows its verdict and the chosen answer's explanation."""
-    _chromium_or_skip()
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
     errors = []
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            page = browser.new_page()
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            page.goto(served_site + "quiz/", wait_until="networkidle")
-            right, wrong = page.locator("#quiz-0"), page.locator("#quiz-1")
-            expect(right.locator(".quiz-question")).to_contain_text("speedup plateaus")
-            expect(wrong.locator(".quiz-question")).to_contain_text("Small models that fit on one GPU")
+    with chromium() as browser:
+        page = browser.new_page()
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(served_site + "quiz/", wait_until="networkidle")
+        right, wrong = page.locator("#quiz-0"), page.locator("#quiz-1")
+        expect(right.locator(".quiz-question")).to_contain_text("speedup plateaus")
+        expect(wrong.locator(".quiz-question")).to_contain_text("Small models that fit on one GPU")
 
-            right.locator("label[for=quiz-0-1]").click()  # gradient synchronization: right
-            expect(right.locator("div:has(> #quiz-0-1)")).to_have_class(re.compile(r"\bcorrect\b"))
-            expect(right.locator(".quiz-feedback")).to_be_visible()
-            expect(right.locator(".quiz-feedback")).to_contain_text("Right. Every step ends with an all_reduce")
+        right.locator("label[for=quiz-0-1]").click()  # gradient synchronization: right
+        expect(right.locator("div:has(> #quiz-0-1)")).to_have_class(re.compile(r"\bcorrect\b"))
+        expect(right.locator(".quiz-feedback")).to_be_visible()
+        expect(right.locator(".quiz-feedback")).to_contain_text("Right. Every step ends with an all_reduce")
 
-            wrong.locator("label[for=quiz-1-0]").click()  # "True": wrong
-            expect(wrong.locator("div:has(> #quiz-1-0)")).to_have_class(re.compile(r"\bwrong\b"))
-            expect(wrong.locator("div:has(> #quiz-1-1)")).to_have_class(re.compile(r"\bcorrect\b"))  # shown
-            expect(wrong.locator(".quiz-feedback")).to_be_visible()
-            expect(wrong.locator(".quiz-feedback")).to_contain_text("little computation per step")
-        finally:
-            browser.close()
+        wrong.locator("label[for=quiz-1-0]").click()  # "True": wrong
+        expect(wrong.locator("div:has(> #quiz-1-0)")).to_have_class(re.compile(r"\bwrong\b"))
+        expect(wrong.locator("div:has(> #quiz-1-1)")).to_have_class(re.compile(r"\bcorrect\b"))  # shown
+        expect(wrong.locator(".quiz-feedback")).to_be_visible()
+        expect(wrong.locator(".quiz-feedback")).to_contain_text("little computation per step")
     assert not errors, errors
 
 
