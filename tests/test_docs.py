@@ -151,8 +151,11 @@ def test_reference_page_documents_every_subcommand():
 QUIZ = re.compile(r"<quiz>\n(.*?)</quiz>", re.S)
 
 
-@pytest.mark.parametrize("page", sorted((DOCS / "lesson").glob("*.md")), ids=lambda p: str(p.relative_to(REPO)))
-def test_every_lesson_page_ends_with_a_short_quiz_whose_answers_explain_themselves(page):
+QUIZ_PAGES = sorted([*(DOCS / "lesson").glob("*.md"), *(DOCS / "practice").glob("*.md"), *(DOCS / "recovery").glob("*.md")])
+
+
+@pytest.mark.parametrize("page", QUIZ_PAGES, ids=lambda p: str(p.relative_to(REPO)))
+def test_every_lesson_practice_and_recovery_page_ends_with_a_short_quiz_whose_answers_explain_themselves(page):
     text = page.read_text()
     quizzes = QUIZ.findall(text)
     assert 2 <= len(quizzes) <= 4, f"{page.name}: {len(quizzes)} questions, not 2 to 4"
