@@ -15,3 +15,11 @@ def on_post_build(config, **kwargs) -> None:
         target = site / "lab" / source.stem / f"{source.stem}.ipynb"
         target.parent.mkdir(parents=True, exist_ok=True)
         jupytext.write(jupytext.read(source), target, fmt="ipynb")
+
+
+def on_post_page(output: str, page, config) -> str:
+    """A notebook's code cells scroll sideways; a keyboard reaches them only with a tabindex, as
+    Material gives its own code blocks (axe-core's scrollable-region-focusable rule)."""
+    if not page.file.src_uri.startswith("lab/") or not page.file.src_uri.endswith(".py"):
+        return output
+    return output.replace('<div class="highlight-ipynb ', '<div tabindex="0" class="highlight-ipynb ')

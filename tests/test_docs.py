@@ -151,7 +151,7 @@ def test_reference_page_documents_every_subcommand():
 QUIZ = re.compile(r"<quiz>\n(.*?)</quiz>", re.S)
 
 
-QUIZ_PAGES = sorted([*(DOCS / "lesson").glob("*.md"), *(DOCS / "practice").glob("*.md"), *(DOCS / "recovery").glob("*.md")])
+QUIZ_PAGES = sorted(page for section in ("lesson", "practice", "recovery") for page in (DOCS / section).glob("*.md"))
 
 
 @pytest.mark.parametrize("page", QUIZ_PAGES, ids=lambda p: str(p.relative_to(REPO)))

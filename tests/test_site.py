@@ -236,6 +236,32 @@ def test_every_page_weighs_at_most_1_mb_in_chromium(served_site, site_dir):
     assert heaviest[0] > 50_000, heaviest  # the count saw the theme and the search index, not only HTML
 
 
+def test_every_page_passes_axe_in_light_and_dark_mode(served_site, site_dir):
+    """axe-core (the engine behind Lighthouse's accessibility score, bundled by axe-playwright-python)
+    on every page, in each colour scheme the reader's system can ask for: no serious or critical
+    violation of its WCAG 2 rules. docs/stylesheets/accessible.css holds the fixes it asked for."""
+    from axe_playwright_python.sync_playwright import Axe
+
+    axe = Axe()
+    pages = sorted(p.relative_to(site_dir).parent.as_posix() for p in site_dir.rglob("index.html"))
+    found = []
+    with chromium() as browser:
+        for scheme, material_scheme in (("light", "default"), ("dark", "slate")):
+            context = browser.new_context(color_scheme=scheme)  # Material follows prefers-color-scheme
+            for path in pages:
+                page = context.new_page()
+                page.goto(served_site + ("" if path == "." else path + "/"), wait_until="networkidle")
+                assert page.locator("body").get_attribute("data-md-color-scheme") == material_scheme
+                for rule in axe.run(page).response["violations"]:
+                    if rule["impact"] in ("serious", "critical"):
+                        where = ", ".join(" ".join(node["target"]) for node in rule["nodes"][:3])
+                        found.append(f"{scheme} {path or '.'}: {rule['id']} ({len(rule['nodes'])} elements: {where})")
+                page.close()
+            context.close()
+    assert not found, "\n".join(found)
+    assert len(pages) > 25, pages  # every page of the site was checked
+
+
 def test_scaling_explorer_is_the_python_cost_model_and_redraws_when_a_control_moves(served_site):
     """The page's JavaScript port equals distdocs.costmodel within 1e-9 relative on 300 random
     inputs; moving a control (typing a bandwidth, pressing a key) redraws the curve that the
