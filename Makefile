@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 # Material prints a banner about its successor on every build; it is noise in test logs.
 export NO_MKDOCS_2_WARNING := 1
 
-.PHONY: soak serve test lint build bench check-upstream gpu-check lock chromium clean
+.PHONY: soak serve test lint build pdf bench check-upstream gpu-check lock chromium clean
 
 # The lock pins every package, torch==2.13.0 (a CPU build) among them: an unpinned torch would pull
 # a CUDA build of several GB. The stamp makes the install run again when the lock changes.
@@ -24,6 +24,11 @@ serve: $(STAMP)
 
 build: $(STAMP)
 	$(BIN)/mkdocs build --strict
+
+# The whole site as one PDF, distdocs.pdf: its print page (mkdocs-print-site-plugin), printed to A4 by
+# the same Chromium that the tests drive. Every page of the site starts a page of the PDF.
+pdf: build chromium
+	$(BIN)/python tests/browser.py pdf site distdocs.pdf
 
 test: $(STAMP) chromium
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

@@ -4,31 +4,19 @@ the home page has no console errors, search finds the lesson, and every request 
 from __future__ import annotations
 
 import contextlib
-import functools
 import html.parser
-import http.server
 import json
 import os
 import re
-import threading
 import urllib.parse
 from pathlib import Path
 
 import pytest
+from browser import CHROMIUM, PRINT_PAGE, launch_chromium, save_pdf, serve_directory
 
 from commands import command_env, run_command
 from markdown_fences import REPO
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 # An asset that the browser loads by itself: scripts, stylesheets, icons, images, frames.
 LOADED_URL = re.compile(
     r"""<(?:script|img|iframe|source)\b[^>]*\bsrc=["'](https?:)?//"""
@@ -116,22 +104,10 @@ def test_no_page_loads_anything_from_another_host(site_dir):
     assert not any("fonts.googleapis" in p.read_text() for p in site_dir.rglob("*.html"))
 
 
-class QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, *args) -> None:
-        pass
-
-
 @pytest.fixture
 def served_site(site_dir):
-    handler = functools.partial(QuietHandler, directory=str(site_dir))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)  # a free port
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serve_directory(site_dir) as url:
+        yield url
 
 
 @contextlib.contextmanager
@@ -142,14 +118,8 @@ def chromium():
         if os.environ.get("CI"):
             pytest.fail("CI needs Debian's chromium at /usr/bin/chromium; `make test` installs it as root")
         pytest.skip("no /usr/bin/chromium; `make test` installs it when run as root")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            yield browser
-        finally:
-            browser.close()
+    with launch_chromium() as browser:
+        yield browser
 
 
 def test_home_page_and_search_in_chromium(served_site):
@@ -367,3 +337,52 @@ def test_the_final_quiz_asks_the_seed_questions_with_their_answers():
     assert "Small models that fit on one GPU usually benefit the most from data parallelism." in page
     assert "- [x] False" in page and "- [ ] True" in page
     assert page.count("<quiz>") >= 8 and "all of the above" not in page.lower()
+
+
+def test_pdf_of_the_print_page_has_every_chapter_on_its_own_page_and_no_code_cut_off(served_site, site_dir, tmp_path):
+    """`make pdf`'s PDF, made here the same way. Each page of the site (a chapter) starts a PDF page
+    with its title, and every line of every code block on the print page is in the PDF's text, whole.
+    Under print styles no code block is wider than its box, so none is clipped, or hidden in a tab."""
+    import html as html_module
+
+    from pypdf import PdfReader
+
+    pdf = tmp_path / "distdocs.pdf"
+    with chromium() as browser:
+        save_pdf(browser, served_site, pdf)
+        context = browser.new_context()
+        page = context.new_page()
+        page.goto(served_site + PRINT_PAGE, wait_until="networkidle")
+        page.emulate_media(media="print")
+        overflow = page.evaluate(
+            """() => [...document.querySelectorAll('pre > code')]
+                .filter(e => e.offsetParent === null || e.scrollWidth > e.clientWidth + 1)
+                .map(e => e.textContent.slice(0, 60))"""
+        )
+        context.close()
+    assert not overflow, f"code blocks clipped or hidden in print: {overflow}"
+
+    # Text in the order it is laid out on each page, without the page number in the bottom margin.
+    pages = [p.extract_text(extraction_mode="layout") for p in PdfReader(pdf).pages]
+    pages = [re.sub(r"\s*Page \d+\s*$", "", p) for p in pages]
+    print_page = (site_dir / PRINT_PAGE / "index.html").read_text()
+
+    def text_of(fragment: str) -> str:
+        return html_module.unescape(re.sub(r"<[^>]+>", "", fragment))
+
+    # A chapter's title is the first h1 in its section (the notebook's sits in its first cell).
+    sections = re.split(r'<section class="print-page[^"]*" id="[^"]+"', print_page)[1:]
+    titles = [
+        " ".join(text_of(re.search(r"<h1[^>]*>(.*?)</h1>", s, re.S)[1]).replace("¶", "").split()) for s in sections
+    ]
+    assert len(titles) >= 28, titles  # every page in the nav
+    starts = [" ".join(p.split())[:200] for p in pages]
+    missing = [title for title in titles if not any(start.startswith(title) for start in starts)]
+    assert not missing, f"chapters that do not start a PDF page: {missing}"
+
+    whole = re.sub(r"\s+", "", "".join(pages))
+    blocks = re.findall(r"<pre[^>]*>(?:<span></span>)?<code[^>]*>(.*?)</code></pre>", print_page, re.S)
+    lines = [re.sub(r"\s+", "", ln) for block in blocks for ln in text_of(block).splitlines()]
+    lines = [ln for ln in lines if ln]
+    cut = [ln for ln in lines if ln not in whole]
+    assert len(blocks) > 300 and not cut, f"{len(cut)} of {len(lines)} code lines not whole in the PDF: {cut[:5]}"

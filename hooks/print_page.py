@@ -1,0 +1,75 @@
+"""A MkDocs hook that tidies the print page (mkdocs-print-site-plugin's whole site on one page):
+- it repeats every page's inline scripts and styles, and mkdocs-quiz alone adds 55 KB to each page
+  with a quiz: keep the first copy of each, so the page weighs what its content does;
+- the plugin prefixes the links of code-line anchors with the page's id but not the anchors
+  themselves, so those links lead nowhere: drop the anchors, which a printed page has no use for;
+- it turns a bare `href="#"` (mkdocs-quiz's "reset" link) into `#<page id>-`: turn it back;
+- it prefixes the links to each quiz (`#<page id>-quiz-0`) but not the quizzes' own ids, which
+  repeat from page to page: prefix those too, and the labels and radio groups that name them;
+- a few links still miss: the home page becomes `#.`, the API reference's headings keep their
+  unprefixed ids, and its references to objects outside distdocs (`RuntimeError`) become links to
+  nowhere. Point the first two where they belong, and make the last plain text, as on the page;
+  the scaling explorer's labels (`for=`) are prefixed like links, and are repointed the same way;
+- the lab notebook's code cells get the tabindex that hooks/lab_notebooks.py gives them on their page."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+INLINE = re.compile(r"<(script|style)\b[^>]*>.*?</\1>", re.S)
+PREFIXED_BARE_HASH = re.compile(r'href="#[\w-]+-"')
+SECTION = re.compile(r'(<section class="print-page[^"]*" id="([\w-]+)")')
+QUIZ_ID = re.compile(r'\b(id|for|name)="quiz-(?=\d)')
+HASH_LINK = re.compile(r'(href="#|\bfor=")([^"]*)"')
+AUTOREF = re.compile(r'<a class="autorefs autorefs-internal"(?: title="[^"]*")? href="#([^"]+)">(.*?)</a>')
+LINE_ANCHOR = re.compile(r'<a id="__codelineno-[\w-]+" name="__codelineno-[\w-]+" href="#[\w-]+"></a>')
+
+
+def drop_repeated_inline_blocks(html: str) -> str:
+    seen: set[str] = set()
+
+    def once(match: re.Match) -> str:
+        block = match.group(0)
+        if "src=" in block.split(">", 1)[0] or block not in seen:
+            seen.add(block)
+            return block
+        return ""
+
+    return INLINE.sub(once, html)
+
+
+def prefix_quiz_ids(html: str) -> str:
+    parts = SECTION.split(html)  # text, then (opening tag, page id, text) for each page
+    out = [parts[0]]
+    for tag, page_id, text in zip(parts[1::3], parts[2::3], parts[3::3]):
+        out += [tag, QUIZ_ID.sub(rf'\1="{page_id}-quiz-', text)]
+    return "".join(out)
+
+
+def repair_anchor_links(html: str) -> str:
+    ids = set(re.findall(r'\bid="([^"]+)"', html))
+    pages = [page_id for _, page_id in SECTION.findall(html)]
+    html = AUTOREF.sub(lambda m: m[0] if m[1] in ids else f'<span title="{m[1]}">{m[2]}</span>', html)
+
+    def resolve(match: re.Match) -> str:
+        attribute, target = match[1], match[2]
+        if target in ids or not target:
+            return match[0]
+        if target == ".":
+            return f'{attribute}{pages[0]}"'
+        for page_id in pages:
+            if target.startswith(page_id + "-") and target[len(page_id) + 1 :] in ids:
+                return f'{attribute}{target[len(page_id) + 1 :]}"'
+        return match[0]
+
+    return HASH_LINK.sub(resolve, html)
+
+
+def on_post_build(config, **kwargs) -> None:
+    page = Path(config["site_dir"]) / "print_page" / "index.html"
+    if page.exists():
+        html = LINE_ANCHOR.sub("", drop_repeated_inline_blocks(page.read_text()))
+        html = prefix_quiz_ids(PREFIXED_BARE_HASH.sub('href="#"', html))
+        html = html.replace('<div class="highlight-ipynb ', '<div tabindex="0" class="highlight-ipynb ')
+        page.write_text(repair_anchor_links(html))
