@@ -166,3 +166,29 @@ def test_every_lesson_practice_and_recovery_page_ends_with_a_short_quiz_whose_an
         assert len(re.findall(r"^> ", quiz, re.M)) == len(answers), f"an answer without its explanation: {quiz[:80]}"
         assert re.search(r"\]\([^)]*#[\w-]+\)|\]\([\w/-]+\.md\)", quiz), f"no link to the section it tests: {quiz[:80]}"
         assert "all of the above" not in quiz.lower()
+
+
+EXERCISE = re.compile(r"^### Exercise \d+: [^\n]+\n(.*?)(?=^### |^## )", re.S | re.M)
+SOLUTION = '<details class="success" markdown>\n<summary>Solution</summary>'
+
+
+@pytest.mark.parametrize("page", sorted((DOCS / "lesson").glob("*.md")), ids=lambda p: str(p.relative_to(REPO)))
+def test_every_lesson_page_has_one_or_two_exercises_each_with_a_collapsed_solution_that_runs(page):
+    """A solution sits in a <details> block whose fences are not indented, so that both
+    pytest-markdown-docs and the command runner see them; its code is an inline block they run, a
+    command the doc tests run, or an examples/**/exercise*.py file, which test_examples runs."""
+    text = page.read_text()
+    assert "## Exercises" in text and text.index("## Exercises") < text.index("## Check yourself"), page.name
+    exercises = EXERCISE.findall(text[text.index("## Exercises") : text.index("## Check yourself")] + "## ")
+    assert 1 <= len(exercises) <= 2, f"{page.name}: {len(exercises)} exercises"
+    for body in exercises:
+        assert body.count(SOLUTION) == 1 and body.rstrip().endswith("</details>"), body[:80]
+        solution = body[body.index(SOLUTION) :]
+        runs = re.search(r"^```(python|bash)$", solution, re.M) or re.search(r'"[\w/]+/exercise\d+_\w+\.py:', solution)
+        assert runs, f"{page.name}: a solution with no code that a test runs: {body[:80]}"
+
+
+def test_every_exercise_solution_file_is_shown_on_its_page():
+    shown = "".join(p.read_text() for p in (DOCS / "lesson").glob("*.md"))
+    files = sorted((REPO / "examples").rglob("exercise*.py"))
+    assert files and all(f'"{f.relative_to(REPO / "examples")}:' in shown for f in files), files

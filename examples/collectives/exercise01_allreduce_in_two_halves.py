@@ -1,0 +1,78 @@
+"""Exercise solution: an all_reduce made of a reduce_scatter and an all_gather, as the ring does it.
+
+    torchrun --standalone --nproc_per_node=2 examples/collectives/exercise01_allreduce_in_two_halves.py
+
+Rank 0 prints what each half leaves on every rank, and whether the result equals dist.all_reduce.
+"""
+
+import gc
+import os
+import sys
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+NUMEL = 1 << 16  # 64 Ki floats, a multiple of every world size tried here
+
+
+def log(*args) -> None:
+    if dist.get_rank() == 0:
+        print(*args, flush=True)
+
+
+# --8<-- [start:two_halves]
+def allreduce_in_two_halves(x: torch.Tensor) -> torch.Tensor:
+    n = dist.get_world_size()
+    piece = torch.empty(x.numel() // n, dtype=x.dtype, device=x.device)
+    dist.reduce_scatter(piece, list(x.chunk(n)))  # rank r: the sum of every rank's piece r
+    pieces = [torch.empty_like(piece) for _ in range(n)]
+    dist.all_gather(pieces, piece)  # every rank: every summed piece
+    return torch.cat(pieces)
+
+
+# --8<-- [end:two_halves]
+
+
+def run(device: torch.device) -> None:
+    rank, n = dist.get_rank(), dist.get_world_size()
+    g = torch.Generator().manual_seed(rank)  # different data on every rank
+    x = torch.randn(NUMEL, generator=g).to(device)
+    ours = allreduce_in_two_halves(x)
+    theirs = x.clone()
+    dist.all_reduce(theirs)
+    log(f"{n} ranks, {NUMEL} floats: after reduce_scatter each rank holds {NUMEL // n}, after all_gather {NUMEL}")
+    # Each element is the sum of n numbers; with 2 there is one order, so the bits must match. With
+    # more, the two ways may add in different orders: float32's assert_close defaults.
+    same = torch.equal(ours, theirs)
+    log(f"equal to dist.all_reduce, bit for bit: {same}")
+    torch.testing.assert_close(ours, theirs)
+    assert same or n > 2
+    log("self-check passed")
+
+
+# --8<-- [start:setup]
+def main() -> None:
+    if "LOCAL_RANK" not in os.environ:  # started with python, not torchrun: say how, in one line
+        sys.exit(f"error: launch with torchrun: torchrun --standalone --nproc_per_node=2 {sys.argv[0]}")
+    backend = "nccl" if torch.cuda.is_available() else "gloo"
+    device = torch.device("cpu")
+    if backend == "nccl":
+        device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))  # one GPU per process on a node
+        torch.cuda.set_device(device)
+    # A rank that stops answering fails the others after 60 s, not after gloo's default 30 minutes.
+    dist.init_process_group(backend, timeout=timedelta(seconds=60))
+    try:
+        run(device)  # the work, in a function: its models are garbage once it returns
+    finally:
+        gc.collect()  # free models caught in reference cycles now: freed at exit, they can abort it
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
+    # Done: leave without Python's shutdown. torch can keep the group's worker threads alive past
+    # destroy_process_group, and one that frees a tensor while the interpreter shuts down aborts it.
+    sys.stdout.flush()
+    os._exit(0)
+# --8<-- [end:setup]
