@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 # Material prints a banner about its successor on every build; it is noise in test logs.
 export NO_MKDOCS_2_WARNING := 1
 
-.PHONY: soak serve test lint build pdf bench check-upstream gpu-check lock chromium clean
+.PHONY: soak serve test lint build pdf audit bench check-upstream gpu-check lock chromium clean
 
 # The lock pins every package, torch==2.13.0 (a CPU build) among them: an unpinned torch would pull
 # a CUDA build of several GB. The stamp makes the install run again when the lock changes.
@@ -29,6 +29,12 @@ build: $(STAMP)
 # the same Chromium that the tests drive. Every page of the site starts a page of the PDF.
 pdf: build chromium
 	$(BIN)/python tests/browser.py pdf site distdocs.pdf
+
+# Lighthouse's scores for a page of each kind, on a phone and a desktop, saved to benchmarks/lighthouse.*
+# (the testing page shows them). Needs node; installs Lighthouse into .audit/ on first use. Not part of
+# `make test`: it takes minutes, and the scores move with the machine's load.
+audit: build chromium
+	$(BIN)/python tests/lighthouse_audit.py
 
 test: $(STAMP) chromium
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

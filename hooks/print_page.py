@@ -1,8 +1,6 @@
 """A MkDocs hook that tidies the print page (mkdocs-print-site-plugin's whole site on one page):
 - it repeats every page's inline scripts and styles, and mkdocs-quiz alone adds 55 KB to each page
   with a quiz: keep the first copy of each, so the page weighs what its content does;
-- the plugin prefixes the links of code-line anchors with the page's id but not the anchors
-  themselves, so those links lead nowhere: drop the anchors, which a printed page has no use for;
 - it turns a bare `href="#"` (mkdocs-quiz's "reset" link) into `#<page id>-`: turn it back;
 - it prefixes the links to each quiz (`#<page id>-quiz-0`) but not the quizzes' own ids, which
   repeat from page to page: prefix those too, and the labels and radio groups that name them;
@@ -23,7 +21,6 @@ SECTION = re.compile(r'(<section class="print-page[^"]*" id="([\w-]+)")')
 QUIZ_ID = re.compile(r'\b(id|for|name)="quiz-(?=\d)')
 HASH_LINK = re.compile(r'(href="#|\bfor=")([^"]*)"')
 AUTOREF = re.compile(r'<a class="autorefs autorefs-internal"(?: title="[^"]*")? href="#([^"]+)">(.*?)</a>')
-LINE_ANCHOR = re.compile(r'<a id="__codelineno-[\w-]+" name="__codelineno-[\w-]+" href="#[\w-]+"></a>')
 
 
 def drop_repeated_inline_blocks(html: str) -> str:
@@ -69,7 +66,7 @@ def repair_anchor_links(html: str) -> str:
 def on_post_build(config, **kwargs) -> None:
     page = Path(config["site_dir"]) / "print_page" / "index.html"
     if page.exists():
-        html = LINE_ANCHOR.sub("", drop_repeated_inline_blocks(page.read_text()))
+        html = drop_repeated_inline_blocks(page.read_text())
         html = prefix_quiz_ids(PREFIXED_BARE_HASH.sub('href="#"', html))
         html = html.replace('<div class="highlight-ipynb ', '<div tabindex="0" class="highlight-ipynb ')
         page.write_text(repair_anchor_links(html))

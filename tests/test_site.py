@@ -12,8 +12,8 @@ import urllib.parse
 from pathlib import Path
 
 import pytest
-from browser import CHROMIUM, PRINT_PAGE, launch_chromium, save_pdf, serve_directory
 
+from browser import CHROMIUM, PRINT_PAGE, launch_chromium, save_pdf, serve_directory
 from commands import command_env, run_command
 from markdown_fences import REPO
 
