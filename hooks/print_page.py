@@ -8,11 +8,15 @@
   unprefixed ids, and its references to objects outside distdocs (`RuntimeError`) become links to
   nowhere. Point the first two where they belong, and make the last plain text, as on the page;
   the scaling explorer's labels (`for=`) are prefixed like links, and are repointed the same way;
-- the lab notebook's code cells get the tabindex that hooks/lab_notebooks.py gives them on their page."""
+- the lab notebook's code cells get the tabindex that hooks/lab_notebooks.py gives them on their page;
+- the plugin renders the page with the 404 page's context, whose base is site_url's absolute path
+  (`/distdocs/`): served anywhere else, the theme would fetch its search index from a wrong
+  address. Make the base relative, `..`, as on every other page."""
 
 from __future__ import annotations
 
 import re
+import urllib.parse
 from pathlib import Path
 
 INLINE = re.compile(r"<(script|style)\b[^>]*>.*?</\1>", re.S)
@@ -63,10 +67,16 @@ def repair_anchor_links(html: str) -> str:
     return HASH_LINK.sub(resolve, html)
 
 
+def relative_base(html: str, site_url: str | None) -> str:
+    absolute = urllib.parse.urlparse(site_url or "/").path or "/"
+    html = html.replace(f'"base": "{absolute}"', '"base": ".."')
+    return html.replace(f'__md_scope=new URL("{absolute}",location)', '__md_scope=new URL("..",location)')
+
+
 def on_post_build(config, **kwargs) -> None:
     page = Path(config["site_dir"]) / "print_page" / "index.html"
     if page.exists():
-        html = drop_repeated_inline_blocks(page.read_text())
+        html = relative_base(drop_repeated_inline_blocks(page.read_text()), config.get("site_url"))
         html = prefix_quiz_ids(PREFIXED_BARE_HASH.sub('href="#"', html))
         html = html.replace('<div class="highlight-ipynb ', '<div tabindex="0" class="highlight-ipynb ')
         page.write_text(repair_anchor_links(html))
