@@ -11,7 +11,6 @@ scores move with the machine's load.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
 import shutil
@@ -97,17 +96,13 @@ def main(argv: list[str]) -> int:
                 scores = audit(binary, base + page, flags)
                 records.append({"page": page, "form_factor": form, **scores})
                 print(f"{page or '(home)'} {form}: {scores}", flush=True)
+    from distdocs.bench.harness import machine_info  # the one record of the machine; it imports torch
+
     chromium = subprocess.run([CHROMIUM, "--version"], capture_output=True, text=True).stdout.strip()
-    with open("/proc/cpuinfo") as f:
-        cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), "unknown CPU")
-    machine = {
-        "cpu": cpu,
-        "cores": os.cpu_count(),
-        "browser": chromium,
-        "lighthouse": LIGHTHOUSE_VERSION,
-        "date": datetime.date.today().isoformat(),
-    }
-    text = f"# {cpu}, {os.cpu_count()} cores, {chromium}, Lighthouse {LIGHTHOUSE_VERSION}, {machine['date']}\n"
+    host = machine_info()
+    machine = {"cpu": host["cpu"], "cores": host["cores"], "browser": chromium, "lighthouse": LIGHTHOUSE_VERSION}
+    machine["date"] = host["date"]
+    text = f"# {host['cpu']}, {host['cores']} cores, {chromium}, Lighthouse {LIGHTHOUSE_VERSION}, {host['date']}\n"
     text += table(records)
     args.save.with_suffix(".json").write_text(json.dumps({"machine": machine, "records": records}, indent=2) + "\n")
     args.save.with_suffix(".txt").write_text(text + "\n")
