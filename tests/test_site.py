@@ -4,10 +4,12 @@ the home page has no console errors, search finds the lesson, and every request 
 from __future__ import annotations
 
 import contextlib
+import functools
 import html.parser
 import json
 import os
 import re
+import sys
 import urllib.parse
 from pathlib import Path
 
@@ -319,6 +321,42 @@ def test_lab_notebook_page_is_executed_and_downloadable(site_dir):
     )
     nbformat.validate(notebook)
     assert sum(c.cell_type == "code" for c in notebook.cells) >= 10
+
+
+def _fulfill(html: str, route, _request) -> None:
+    route.fulfill(body=html, content_type="text/html")
+
+
+def test_lab_notebook_page_looks_the_same_as_with_the_whole_jupyter_stylesheet(served_site, site_dir, tmp_path):
+    """hooks/lab_notebooks.py keeps only the rules of JupyterLab's stylesheet that can match the page.
+    Chromium renders the page with them and with the whole file in its place, in light and dark, on a
+    phone and a desktop: the two screenshots must be the same, pixel for pixel."""
+    sys.path.insert(0, str(REPO / "hooks"))
+    from lab_notebooks import JUPYTER_CSS
+
+    path = "lab/simulate-data-parallel-sync/"
+    built = (site_dir / path / "index.html").read_text()
+    cut = re.search(r'<style type="text/css" data-cut-from="index.css">\n(.*?)\n</style>', built, re.S)
+    assert cut, "the notebook page has no cut-down Jupyter stylesheet"
+    whole = built.replace(cut.group(1), JUPYTER_CSS.read_text().strip())
+    assert len(cut.group(1)) < len(whole) - len(built) < 20 * len(cut.group(1))  # it was cut, by a lot
+    different = []
+    with chromium() as browser:
+        for scheme in ("light", "dark"):
+            for viewport in ({"width": 412, "height": 915}, {"width": 1280, "height": 900}):
+                shots = {}
+                for name, html in (("cut", built), ("whole", whole)):
+                    context = browser.new_context(color_scheme=scheme, viewport=viewport)
+                    page = context.new_page()
+                    page.route(served_site + path, functools.partial(_fulfill, html))
+                    page.goto(served_site + path, wait_until="networkidle")
+                    shots[name] = page.screenshot(full_page=True)
+                    context.close()
+                if shots["cut"] != shots["whole"]:
+                    for name, png in shots.items():
+                        (tmp_path / f"{scheme}-{viewport['width']}-{name}.png").write_bytes(png)
+                    different.append(f"{scheme}, {viewport['width']} px wide")
+    assert not different, f"the page looks different with the whole stylesheet: {different}; see {tmp_path}"
 
 
 def test_quiz_grades_a_right_and_a_wrong_answer_in_chromium(served_site):
