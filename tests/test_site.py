@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import html as html_module
 import html.parser
 import json
 import os
@@ -46,6 +47,28 @@ def test_strict_build_has_every_page(site_dir):
 def test_includes_are_expanded_in_the_built_page(site_dir):
     html = (site_dir / "lesson/data-parallelism/index.html").read_text()
     assert "average_gradients" in html and "--8&lt;--" not in html
+
+
+def test_collapsed_code_is_plain_text_and_open_code_keeps_its_colours(site_dir):
+    """hooks/collapsed_code.py: inside a block that starts closed (nested blocks too) code carries no
+    highlighting spans and its text is the file's; code shown open keeps its colours."""
+    sys.path.insert(0, str(REPO / "hooks"))
+    from collapsed_code import collapsed_blocks
+
+    page = (site_dir / "lesson/collectives/index.html").read_text()
+    blocks = [page[start:end] for start, end in collapsed_blocks(page)]
+    assert len(blocks) >= 3  # the whole file, a folded excerpt, the exercise's solution
+    assert all("<span" not in code for block in blocks for code in re.findall(r"<code>(.*?)</code>", block, re.S))
+    lines = (REPO / "examples/collectives/step01_collectives_tour.py").read_text().splitlines(keepends=True)
+    tour = "".join(line for line in lines if "--8<--" not in line)  # snippets drops its section markers
+    listing = next(b for b in blocks if "The whole file: <code>examples/collectives/step01" in b)
+    shown = re.search(r"<pre>.*?<code>(.*?)</code>", listing, re.S)[1]
+    assert html_module.unescape(shown) == tour
+    outside = re.sub(r"<details.*?</details>", "", page, flags=re.S)
+    assert '<code><span class="kn">import</span>' in outside or '<span class="k">def</span>' in outside
+
+    nested = '<details><details open><code><span class="k">x</span></code></details></details>'
+    assert [nested[s:e] for s, e in collapsed_blocks(nested + "<details open>y</details>")] == [nested]
 
 
 def test_every_page_has_a_canonical_url_and_an_edit_link(site_dir):
@@ -399,7 +422,6 @@ def test_pdf_of_the_print_page_has_every_chapter_on_its_own_page_and_no_code_cut
     """`make pdf`'s PDF, made here the same way. Each page of the site (a chapter) starts a PDF page
     with its title, and every line of every code block on the print page is in the PDF's text, whole.
     Under print styles no code block is wider than its box, so none is clipped, or hidden in a tab."""
-    import html as html_module
 
     from pypdf import PdfReader
 
