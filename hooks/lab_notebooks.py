@@ -3,6 +3,9 @@
 - write each notebook as an .ipynb next to its page, where the page's download button points. The
   notebook is saved without outputs: a reader runs it on their own machine, and step 3 measures it;
 - give the notebook's code cells a tabindex, so that a keyboard can scroll them;
+- drop nbconvert's Mermaid loader, a script that would import Mermaid from a CDN if a cell drew a
+  diagram: the site loads nothing from another host. A notebook with a Mermaid diagram fails the
+  build instead (draw it as an SVG, as the pages do);
 - keep only the part of JupyterLab's stylesheet that can style the page. mkdocs-jupyter inlines all
   of it, 575 KB, made for the whole JupyterLab application (menus, file browser, dialogs); a phone
   spends most of the page's load parsing and matching it. A rule is dropped when its selectors name
@@ -22,6 +25,7 @@ from bs4 import BeautifulSoup
 
 JUPYTER_CSS = Path(__import__("mkdocs_jupyter").__file__).parent / "templates/mkdocs_html/assets/index.css"
 SIMPLE_SELECTOR = re.compile(r"([.#])(-?[_a-zA-Z][\w-]*)")
+SCRIPT = re.compile(r"<script\b[^>]*>.*?</script>\n?", re.S)
 NEVER_INSIDE = re.compile(r"[\s>+~](?::root|html|body)\b")  # the document's root or body below an element
 
 
@@ -39,7 +43,13 @@ def on_post_page(output: str, page, config) -> str:
     # A notebook's code cells scroll sideways; a keyboard reaches them only with a tabindex, as
     # Material gives its own code blocks (axe-core's scrollable-region-focusable rule).
     output = output.replace('<div class="highlight-ipynb ', '<div tabindex="0" class="highlight-ipynb ')
-    return prune_jupyter_css(output)
+    return prune_jupyter_css(drop_mermaid_loader(output, page.file.src_uri))
+
+
+def drop_mermaid_loader(html: str, name: str) -> str:
+    if 'class="jp-Mermaid' in html:
+        raise RuntimeError(f"{name}: a Mermaid diagram would load Mermaid from a CDN; draw it as an SVG file")
+    return SCRIPT.sub(lambda script: "" if "mermaid.esm.min.mjs" in script[0] else script[0], html)
 
 
 def prune_jupyter_css(html: str) -> str:

@@ -8,7 +8,8 @@
   unprefixed ids, and its references to objects outside distdocs (`RuntimeError`) become links to
   nowhere. Point the first two where they belong, and make the last plain text, as on the page;
   the scaling explorer's labels (`for=`) are prefixed like links, and are repointed the same way;
-- the lab notebook's code cells get the tabindex that hooks/lab_notebooks.py gives them on their page;
+- the lab notebook's code cells get the tabindex that hooks/lab_notebooks.py gives them on their page,
+  and lose nbconvert's Mermaid loader as there;
 - the plugin renders the page with the 404 page's context, whose base is site_url's absolute path
   (`/distdocs/`): served anywhere else, the theme would fetch its search index from a wrong
   address. Make the base relative, `..`, as on every other page."""
@@ -18,6 +19,8 @@ from __future__ import annotations
 import re
 import urllib.parse
 from pathlib import Path
+
+from lab_notebooks import drop_mermaid_loader  # mkdocs puts hooks/ on the path while it loads a hook
 
 INLINE = re.compile(r"<(script|style)\b[^>]*>.*?</\1>", re.S)
 PREFIXED_BARE_HASH = re.compile(r'href="#[\w-]+-"')
@@ -79,4 +82,5 @@ def on_post_build(config, **kwargs) -> None:
         html = relative_base(drop_repeated_inline_blocks(page.read_text()), config.get("site_url"))
         html = prefix_quiz_ids(PREFIXED_BARE_HASH.sub('href="#"', html))
         html = html.replace('<div class="highlight-ipynb ', '<div tabindex="0" class="highlight-ipynb ')
+        html = drop_mermaid_loader(html, "print_page")
         page.write_text(repair_anchor_links(html))
