@@ -3,7 +3,7 @@ listings, exercise solutions, a long excerpt the page folds away) is shown witho
 
 Highlighting wraps every token in a <span>; a 150-line example makes about 1,500 of them, and the
 browser styles them at load whether the block is open or not. In Lighthouse's phone profile that
-was most of a page's blocking time (`make audit`; the testing page has the numbers). The code a page
+was most of a page's blocking time (`make audit`; the testing page shows its scores). The code a page
 shows open keeps its colours; a collapsed block is there to read through and copy, and its text is
 unchanged."""
 

@@ -40,10 +40,13 @@ def on_post_build(config, **kwargs) -> None:
 def on_post_page(output: str, page, config) -> str:
     if not page.file.src_uri.startswith("lab/") or not page.file.src_uri.endswith(".py"):
         return output
-    # A notebook's code cells scroll sideways; a keyboard reaches them only with a tabindex, as
-    # Material gives its own code blocks (axe-core's scrollable-region-focusable rule).
-    output = output.replace('<div class="highlight-ipynb ', '<div tabindex="0" class="highlight-ipynb ')
-    return prune_jupyter_css(drop_mermaid_loader(output, page.file.src_uri))
+    return prune_jupyter_css(drop_mermaid_loader(focusable_cells(output), page.file.src_uri))
+
+
+def focusable_cells(html: str) -> str:
+    """A notebook's code cells scroll sideways; a keyboard reaches them only with a tabindex, as
+    Material gives its own code blocks (axe-core's scrollable-region-focusable rule)."""
+    return html.replace('<div class="highlight-ipynb ', '<div tabindex="0" class="highlight-ipynb ')
 
 
 def drop_mermaid_loader(html: str, name: str) -> str:

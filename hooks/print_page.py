@@ -20,7 +20,7 @@ import re
 import urllib.parse
 from pathlib import Path
 
-from lab_notebooks import drop_mermaid_loader  # mkdocs puts hooks/ on the path while it loads a hook
+from lab_notebooks import drop_mermaid_loader, focusable_cells  # mkdocs puts hooks/ on the path while it loads a hook
 
 INLINE = re.compile(r"<(script|style)\b[^>]*>.*?</\1>", re.S)
 PREFIXED_BARE_HASH = re.compile(r'href="#[\w-]+-"')
@@ -81,6 +81,5 @@ def on_post_build(config, **kwargs) -> None:
     if page.exists():
         html = relative_base(drop_repeated_inline_blocks(page.read_text()), config.get("site_url"))
         html = prefix_quiz_ids(PREFIXED_BARE_HASH.sub('href="#"', html))
-        html = html.replace('<div class="highlight-ipynb ', '<div tabindex="0" class="highlight-ipynb ')
-        html = drop_mermaid_loader(html, "print_page")
+        html = drop_mermaid_loader(focusable_cells(html), "print_page")
         page.write_text(repair_anchor_links(html))
