@@ -2,7 +2,8 @@
 kind on the built site, on a phone (Lighthouse's default: a mid-range phone on a slow 4G link,
 simulated) and on a desktop, served gzipped from 127.0.0.1 as GitHub Pages serves it. Each page is
 audited --runs times (3 by default) and the median kept, as Lighthouse's own guidance on variability
-advises, with the range and the median total blocking time, the metric that moves the score here.
+advises, with every run's performance score and the median total blocking time, the metric that
+moves the score here.
 Saves benchmarks/lighthouse.{json,txt}, with the machine; the testing page shows the table.
 
 Needs node and npm: Lighthouse 12.2.3 is installed into .audit/ on first use (13 wants Node 22).
