@@ -19,15 +19,11 @@ What it does, in the order torch's DDP does it:
 
 Like torch's DDP without `find_unused_parameters`, every parameter must receive a gradient in every
 backward; otherwise its bucket never launches and this raises.
-
-Beside it, the two timers that say where a DDP step's time goes, used by the benchmarks and by the
-debugging guide's example: `slowest_rank_seconds` and `step_and_compute_seconds`.
 """
 
 from __future__ import annotations
 
-import statistics
-import time
+import weakref
 
 import torch
 import torch.distributed as dist
@@ -62,8 +58,13 @@ class BucketedDDP(nn.Module):
             for p in bucket:
                 self.views[p] = (i, flat[offset : offset + p.numel()].view_as(p))
                 offset += p.numel()
-        for p in params:
-            p.register_post_accumulate_grad_hook(self._grad_ready)
+        # The parameters hold their hooks, and this wrapper holds the parameters: a hook that held the
+        # wrapper (a bound method) would make a reference cycle that keeps both, and the process group,
+        # alive until the garbage collector runs, or for ever (torch keeps hooks where gc can't see).
+        # Each hook holds only a weak reference, and the hooks go when the wrapper does.
+        grad_ready = weakref.WeakMethod(self._grad_ready)
+        handles = [p.register_post_accumulate_grad_hook(lambda p: grad_ready()(p)) for p in params]
+        weakref.finalize(self, _remove_hooks, handles)
         # --8<-- [end:buckets]
         self._reset()
 
@@ -105,25 +106,7 @@ class BucketedDDP(nn.Module):
     # --8<-- [end:hooks]
 
 
-def slowest_rank_seconds(fn) -> float:
-    """Run `fn` on every rank from a common start (a barrier) and return the slowest rank's time:
-    a collective step is done only when its last rank is."""
-    dist.barrier()
-    start = time.perf_counter()
-    fn()
-    elapsed = torch.tensor([time.perf_counter() - start], dtype=torch.float64)
-    dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
-    return elapsed.item()
-
-
-def step_and_compute_seconds(step, steps: int, warmup: int = 2) -> tuple[float, float]:
-    """Where a DDP step's time goes. `step(sync)` runs one training step, with DDP's all_reduces
-    when `sync` is True and under `no_sync()` when it is False. Both are timed in turns, `steps`
-    times each after `warmup` untimed ones, so that both see the same machine; returns the median
-    seconds of a whole step and of its computation alone. Their difference is the time that
-    synchronisation adds."""
-    times: dict[bool, list[float]] = {True: [], False: []}
-    for _ in range(warmup + steps):
-        for sync in (True, False):
-            times[sync].append(slowest_rank_seconds(lambda: step(sync)))
-    return statistics.median(times[True][warmup:]), statistics.median(times[False][warmup:])
+def _remove_hooks(handles) -> None:
+    """Unregister a BucketedDDP's gradient hooks, once the wrapper itself is gone."""
+    for handle in handles:
+        handle.remove()

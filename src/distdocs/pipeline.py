@@ -9,18 +9,23 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from distdocs.timing import wait_for_device
+
 
 class BusyTimer:
-    """Adds up the seconds spent computing (not waiting in send/recv)."""
+    """Adds up the seconds spent computing (not waiting in send/recv). On a GPU it waits for the
+    device at both ends, so it times the work, not its queueing."""
 
     def __init__(self) -> None:
         self.busy_s = 0.0
 
     def __enter__(self) -> BusyTimer:
+        wait_for_device()
         self._start = time.perf_counter()
         return self
 
     def __exit__(self, *exc) -> None:
+        wait_for_device()
         self.busy_s += time.perf_counter() - self._start
 
 

@@ -12,7 +12,7 @@ import statistics
 import torch
 from torch import nn
 
-from distdocs.ddp import slowest_rank_seconds  # noqa: F401  (every benchmark's timer, defined beside DDP)
+from distdocs.timing import slowest_rank_seconds  # noqa: F401  (every benchmark's timer)
 
 # Untimed iterations before the timed ones, in every benchmark: the first steps allocate buffers,
 # connect gloo's pairs and warm caches.

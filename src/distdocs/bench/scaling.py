@@ -23,7 +23,7 @@ from distdocs.bench.harness import (
     parse_list,
     require,
 )
-from distdocs.ddp import step_and_compute_seconds
+from distdocs.timing import step_and_compute_seconds
 from distdocs.world import World
 
 # name: (width, Linear layers, samples per rank and micro-batch)
