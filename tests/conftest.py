@@ -9,8 +9,9 @@ import pytest
 
 from commands import CommandRuns
 
-# Scripts that fail on purpose, run by torchrun from the harness tests; never imported by pytest.
-collect_ignore_glob = ["faulty_scripts/*"]
+# Scripts that torchrun launches from the tests (faulty_scripts/ fail on purpose, exit_scripts/ test how a
+# process exits); never imported by pytest.
+collect_ignore_glob = ["faulty_scripts/*", "exit_scripts/*", "exit_probe/*"]
 
 
 def pytest_addoption(parser):

@@ -9,16 +9,23 @@ is from the gradient of the whole global batch in one process.
 
 import argparse
 import contextlib
-import gc
 import os
 import sys
 from datetime import timedelta
 
 import torch
 import torch.distributed as dist
+import torch.distributed.nn  # noqa: F401  before init_process_group: imported later, its defaults pin the group
 from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 from torch.nn.parallel import DistributedDataParallel as DDP
+
+# The launch command's --nproc_per_node, and how long a collective waits for a rank that stopped answering
+# before it fails: torch's default is 30 minutes on gloo and 10 on nccl. 60 s makes a stuck rank fail fast
+# while you learn. A real job sets more than its longest pause outside collectives (a checkpoint save,
+# evaluation on rank 0, compile or autotune warm-up), 1800 s or more, on gloo and nccl alike.
+NPROC_PER_NODE = 2
+TIMEOUT_S = 60
 
 STEPS = 5
 LR = 0.05
@@ -30,8 +37,8 @@ def log(*args) -> None:
 
 
 def usage_error(message: str) -> None:
-    """Every rank stops with exit code 2; rank 0 says why, in one line."""
-    if dist.get_rank() == 0:
+    """Every rank stops with exit code 2, before any process group exists; rank 0 says why, in one line."""
+    if os.environ.get("RANK", "0") == "0":
         print(f"error: {message}", file=sys.stderr, flush=True)
     sys.exit(2)
 
@@ -92,16 +99,21 @@ def train(device, global_batch: int, k: int, accumulate: bool, reference: nn.Mod
     return counts
 
 
-def run(device: torch.device) -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--global-batch", type=int, default=64, help="samples per optimizer step, all ranks")
     parser.add_argument("--accumulation-steps", type=int, default=4, help="micro-batches per optimizer step")
     args = parser.parse_args()
-    n, k = dist.get_world_size(), args.accumulation_steps
+    n, k = int(os.environ.get("WORLD_SIZE", NPROC_PER_NODE)), args.accumulation_steps
     if k < 1:
         usage_error(f"--accumulation-steps must be at least 1, got {k}")
     if args.global_batch < 1 or args.global_batch % (k * n):
         usage_error(f"--global-batch {args.global_batch} must divide into {k} micro-batches on each of {n} ranks")
+    return args
+
+
+def run(args: argparse.Namespace, device: torch.device) -> None:
+    n, k = dist.get_world_size(), args.accumulation_steps
     micro = args.global_batch // (k * n)
 
     synced = train(device, args.global_batch, k, accumulate=False)
@@ -121,26 +133,21 @@ def run(device: torch.device) -> None:
 
 # --8<-- [start:setup]
 def main() -> None:
+    args = parse_args()  # before any process group: a bad flag exits 2 with one line
     if "LOCAL_RANK" not in os.environ:  # started with python, not torchrun: say how, in one line
-        sys.exit(f"error: launch with torchrun: torchrun --standalone --nproc_per_node=2 {sys.argv[0]}")
+        sys.exit(f"error: launch with torchrun: torchrun --standalone --nproc_per_node={NPROC_PER_NODE} {sys.argv[0]}")
     backend = "nccl" if torch.cuda.is_available() else "gloo"
     device = torch.device("cpu")
     if backend == "nccl":
         device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))  # one GPU per process on a node
         torch.cuda.set_device(device)
-    # A rank that stops answering fails the others after 60 s, not after gloo's default 30 minutes.
-    dist.init_process_group(backend, timeout=timedelta(seconds=60))
+    dist.init_process_group(backend, timeout=timedelta(seconds=TIMEOUT_S))
     try:
-        run(device)  # the work, in a function: its models are garbage once it returns
+        run(args, device)  # the work, in a function: what it builds is freed when it returns
     finally:
-        gc.collect()  # free models caught in reference cycles now: freed at exit, they can abort it
-        dist.destroy_process_group()
+        dist.destroy_process_group()  # also when run() raises: the other ranks then fail at once
 
 
 if __name__ == "__main__":
     main()
-    # Done: leave without Python's shutdown. torch can keep the group's worker threads alive past
-    # destroy_process_group, and one that frees a tensor while the interpreter shuts down aborts it.
-    sys.stdout.flush()
-    os._exit(0)
 # --8<-- [end:setup]

@@ -8,9 +8,9 @@ Rank 0 prints samples/s of one process and of two DDP ranks, syncing every micro
 with the bytes synced counted. The rates depend on the machine; the bytes do not.
 """
 
+import argparse
 import contextlib
 import datetime
-import gc
 import os
 import platform
 import sys
@@ -19,9 +19,17 @@ from datetime import timedelta
 
 import torch
 import torch.distributed as dist
+import torch.distributed.nn  # noqa: F401  before init_process_group: imported later, its defaults pin the group
 from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 from torch.nn.parallel import DistributedDataParallel as DDP
+
+# The launch command's --nproc_per_node, and how long a collective waits for a rank that stopped answering
+# before it fails: torch's default is 30 minutes on gloo and 10 on nccl. 60 s makes a stuck rank fail fast
+# while you learn. A real job sets more than its longest pause outside collectives (a checkpoint save,
+# evaluation on rank 0, compile or autotune warm-up), 1800 s or more, on gloo and nccl alike.
+NPROC_PER_NODE = 2
+TIMEOUT_S = 60
 
 WIDTH = 1024  # 4 layers of 1024 x 1024: 16 MiB of gradients, and little work per sample
 MICRO_BATCH = 8  # samples per rank per micro-batch
@@ -45,13 +53,29 @@ def count_then_allreduce(counts: dict, bucket: dist.GradBucket) -> torch.futures
     return allreduce_hook(None, bucket)
 
 
-def train(model: nn.Module, k: int, sync_every_micro_batch: bool) -> float:
+def now(device: torch.device) -> float:
+    """The clock, once `device` has done the work queued on it: CUDA runs asynchronously, and a clock read
+    right after a GPU step would time the queueing, not the work."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
+
+
+def slowest(seconds: float, device: torch.device) -> float:
+    """The slowest rank's time: a DDP run ends when its last rank does. The tensor lives on `device`:
+    nccl moves GPU tensors only."""
+    t = torch.tensor([seconds], dtype=torch.float64, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return t.item()
+
+
+def train(model: nn.Module, k: int, sync_every_micro_batch: bool, device: torch.device) -> float:
     """STEPS optimizer steps of k micro-batches each, after one untimed step; return the seconds."""
     opt = torch.optim.SGD(model.parameters(), lr=1e-4)
-    x = torch.randn(MICRO_BATCH, WIDTH, generator=torch.Generator().manual_seed(dist.get_rank()))
+    x = torch.randn(MICRO_BATCH, WIDTH, generator=torch.Generator().manual_seed(dist.get_rank())).to(device)
     for step in range(STEPS + 1):
         if step == 1:
-            start = time.perf_counter()
+            start = now(device)
         # --8<-- [start:accumulate]
         for i in range(k):
             last = i == k - 1
@@ -63,28 +87,27 @@ def train(model: nn.Module, k: int, sync_every_micro_batch: bool) -> float:
                 opt.step()
                 opt.zero_grad()
         # --8<-- [end:accumulate]
-    return time.perf_counter() - start
+    return now(device) - start
 
 
-def slowest(seconds: float) -> float:
-    t = torch.tensor([seconds], dtype=torch.float64)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return t.item()
+def parse_args() -> argparse.Namespace:
+    return argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()  # --help, and no flags
 
 
-def run(device: torch.device) -> None:
+def run(args: argparse.Namespace, device: torch.device) -> None:
     rank, world = dist.get_rank(), dist.get_world_size()
     machine = f"{platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, {datetime.date.today()}"
     log(f"# {machine}; samples/s vary by machine and load")
     samples = STEPS * K * MICRO_BATCH  # per rank, in the timed steps of every case
     synced = {}
     for case, every in (("mistake: sync every micro-batch", True), ("fix: sync every 8 micro-batches", False)):
-        one_s = slowest(train(make_model(), K, every) if rank == 0 else 0.0)  # one process; the others wait
-        model = DDP(make_model())
+        one_process = train(make_model().to(device), K, every, device) if rank == 0 else 0.0  # the others wait
+        one_s = slowest(one_process, device)
+        model = DDP(make_model().to(device))
         counts = {"bytes": 0}
         model.register_comm_hook(counts, count_then_allreduce)
         dist.barrier()
-        two_s = slowest(train(model, K, every))
+        two_s = slowest(train(model, K, every, device), device)
         synced[every] = counts["bytes"]
         log(
             f"{case}: 1 process {samples / one_s:,.0f} samples/s, {world} ranks {world * samples / two_s:,.0f} "
@@ -103,26 +126,21 @@ def run(device: torch.device) -> None:
 
 # --8<-- [start:setup]
 def main() -> None:
+    args = parse_args()  # before any process group: a bad flag exits 2 with one line
     if "LOCAL_RANK" not in os.environ:  # started with python, not torchrun: say how, in one line
-        sys.exit(f"error: launch with torchrun: torchrun --standalone --nproc_per_node=2 {sys.argv[0]}")
+        sys.exit(f"error: launch with torchrun: torchrun --standalone --nproc_per_node={NPROC_PER_NODE} {sys.argv[0]}")
     backend = "nccl" if torch.cuda.is_available() else "gloo"
     device = torch.device("cpu")
     if backend == "nccl":
         device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))  # one GPU per process on a node
         torch.cuda.set_device(device)
-    # A rank that stops answering fails the others after 60 s, not after gloo's default 30 minutes.
-    dist.init_process_group(backend, timeout=timedelta(seconds=60))
+    dist.init_process_group(backend, timeout=timedelta(seconds=TIMEOUT_S))
     try:
-        run(device)  # the work, in a function: its models are garbage once it returns
+        run(args, device)  # the work, in a function: what it builds is freed when it returns
     finally:
-        gc.collect()  # free models caught in reference cycles now: freed at exit, they can abort it
-        dist.destroy_process_group()
+        dist.destroy_process_group()  # also when run() raises: the other ranks then fail at once
 
 
 if __name__ == "__main__":
     main()
-    # Done: leave without Python's shutdown. torch can keep the group's worker threads alive past
-    # destroy_process_group, and one that frees a tensor while the interpreter shuts down aborts it.
-    sys.stdout.flush()
-    os._exit(0)
 # --8<-- [end:setup]

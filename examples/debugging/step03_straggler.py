@@ -10,7 +10,6 @@ activations the forward kept for backward. The times depend on the machine; the 
 
 import argparse
 import datetime
-import gc
 import os
 import platform
 import statistics
@@ -20,7 +19,15 @@ from datetime import timedelta
 
 import torch
 import torch.distributed as dist
+import torch.distributed.nn  # noqa: F401  before init_process_group: imported later, its defaults pin the group
 from torch import nn
+
+# The launch command's --nproc_per_node, and how long a collective waits for a rank that stopped answering
+# before it fails: torch's default is 30 minutes on gloo and 10 on nccl. 60 s makes a stuck rank fail fast
+# while you learn. A real job sets more than its longest pause outside collectives (a checkpoint save,
+# evaluation on rank 0, compile or autotune warm-up), 1800 s or more, on gloo and nccl alike.
+NPROC_PER_NODE = 2
+TIMEOUT_S = 60
 
 WIDTH, STEPS, SAMPLES = 512, 12, 512  # SAMPLES a step, over all ranks
 
@@ -37,6 +44,14 @@ def shard_sizes(world: int, balanced: bool) -> list[int]:
     return [SAMPLES * w // sum(weights) for w in weights]
 
 
+def now(device: torch.device) -> float:
+    """The clock, once `device` has done the work queued on it: CUDA runs asynchronously, and a clock read
+    right after a GPU step would time the queueing, not the work."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
+
+
 # --8<-- [start:measure]
 def timed_step(model: nn.Module, x: torch.Tensor) -> tuple[float, float, int]:
     """One step: seconds computing, seconds in the all_reduce, bytes kept for backward."""
@@ -48,23 +63,27 @@ def timed_step(model: nn.Module, x: torch.Tensor) -> tuple[float, float, int]:
             kept += t.numel() * t.element_size()
         return t
 
-    start = time.perf_counter()
+    start = now(x.device)
     with torch.autograd.graph.saved_tensors_hooks(keep, lambda t: t):  # count what backward will need
         loss = model(x).square().mean()
     loss.backward()
-    computed = time.perf_counter()
+    computed = now(x.device)
     for p in model.parameters():  # a rank that finished early waits here for the slowest
         dist.all_reduce(p.grad)
-    return computed - start, time.perf_counter() - computed, kept
+    return computed - start, now(x.device) - computed, kept
 
 
 # --8<-- [end:measure]
 
 
-def run(device: torch.device) -> None:
+def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--balanced", action="store_true", help="give every rank the same number of samples")
     args = p.parse_args()
+    return args
+
+
+def run(args: argparse.Namespace, device: torch.device) -> None:
     rank, world = dist.get_rank(), dist.get_world_size()
     mine = shard_sizes(world, args.balanced)[rank]
     torch.manual_seed(0)  # the same weights on every rank
@@ -94,26 +113,21 @@ def run(device: torch.device) -> None:
 
 # --8<-- [start:setup]
 def main() -> None:
+    args = parse_args()  # before any process group: a bad flag exits 2 with one line
     if "LOCAL_RANK" not in os.environ:  # started with python, not torchrun: say how, in one line
-        sys.exit(f"error: launch with torchrun: torchrun --standalone --nproc_per_node=2 {sys.argv[0]}")
+        sys.exit(f"error: launch with torchrun: torchrun --standalone --nproc_per_node={NPROC_PER_NODE} {sys.argv[0]}")
     backend = "nccl" if torch.cuda.is_available() else "gloo"
     device = torch.device("cpu")
     if backend == "nccl":
         device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))  # one GPU per process on a node
         torch.cuda.set_device(device)
-    # A rank that stops answering fails the others after 60 s, not after gloo's default 30 minutes.
-    dist.init_process_group(backend, timeout=timedelta(seconds=60))
+    dist.init_process_group(backend, timeout=timedelta(seconds=TIMEOUT_S))
     try:
-        run(device)  # the work, in a function: its models are garbage once it returns
+        run(args, device)  # the work, in a function: what it builds is freed when it returns
     finally:
-        gc.collect()  # free models caught in reference cycles now: freed at exit, they can abort it
-        dist.destroy_process_group()
+        dist.destroy_process_group()  # also when run() raises: the other ranks then fail at once
 
 
 if __name__ == "__main__":
     main()
-    # Done: leave without Python's shutdown. torch can keep the group's worker threads alive past
-    # destroy_process_group, and one that frees a tensor while the interpreter shuts down aborts it.
-    sys.stdout.flush()
-    os._exit(0)
 # --8<-- [end:setup]

@@ -10,7 +10,6 @@ Only --fixed ends well. Rank 1 prints its pid when it gets stuck, for `py-spy du
 """
 
 import argparse
-import gc
 import os
 import sys
 import threading
@@ -19,7 +18,15 @@ from datetime import timedelta
 
 import torch
 import torch.distributed as dist
+import torch.distributed.nn  # noqa: F401  before init_process_group: imported later, its defaults pin the group
 from torch import nn
+
+# The launch command's --nproc_per_node, and how long a collective waits for a rank that stopped answering
+# before it fails: torch's default is 30 minutes on gloo and 10 on nccl. 60 s makes a stuck rank fail fast
+# while you learn. A real job sets more than its longest pause outside collectives (a checkpoint save,
+# evaluation on rank 0, compile or autotune warm-up), 1800 s or more, on gloo and nccl alike.
+NPROC_PER_NODE = 2
+TIMEOUT_S = 60
 
 STEPS, STUCK_AT = 6, 3
 
@@ -45,12 +52,16 @@ def load_batch(
     return x, x.sum(dim=1, keepdim=True)
 
 
-def run(device: torch.device) -> None:
+def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--monitored", action="store_true", help="a monitored_barrier before each step's all_reduce")
     p.add_argument("--exit-early", action="store_true", help="rank 1 returns at step 3 instead of blocking")
     p.add_argument("--fixed", action="store_true", help="a 2 s deadline on the read, and a retry")
     args = p.parse_args()
+    return args
+
+
+def run(args: argparse.Namespace, device: torch.device) -> None:
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)
     model = nn.Linear(16, 1).to(device)
@@ -69,7 +80,7 @@ def run(device: torch.device) -> None:
         if args.monitored:  # every rank checks in with rank 0, which names any that does not
             dist.monitored_barrier(group=monitor, timeout=timedelta(seconds=10))
         # --8<-- [end:monitored]
-        start = time.monotonic()
+        start = time.monotonic()  # wall-clock time on the CPU until the error surfaces, not GPU work
         try:
             for param in model.parameters():
                 dist.all_reduce(param.grad)
@@ -93,26 +104,21 @@ def run(device: torch.device) -> None:
 
 # --8<-- [start:setup]
 def main() -> None:
+    args = parse_args()  # before any process group: a bad flag exits 2 with one line
     if "LOCAL_RANK" not in os.environ:  # started with python, not torchrun: say how, in one line
-        sys.exit(f"error: launch with torchrun: torchrun --standalone --nproc_per_node=2 {sys.argv[0]}")
+        sys.exit(f"error: launch with torchrun: torchrun --standalone --nproc_per_node={NPROC_PER_NODE} {sys.argv[0]}")
     backend = "nccl" if torch.cuda.is_available() else "gloo"
     device = torch.device("cpu")
     if backend == "nccl":
         device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))  # one GPU per process on a node
         torch.cuda.set_device(device)
-    # A rank that stops answering fails the others after 60 s, not after gloo's default 30 minutes.
-    dist.init_process_group(backend, timeout=timedelta(seconds=60))
+    dist.init_process_group(backend, timeout=timedelta(seconds=TIMEOUT_S))
     try:
-        run(device)  # the work, in a function: its models are garbage once it returns
+        run(args, device)  # the work, in a function: what it builds is freed when it returns
     finally:
-        gc.collect()  # free models caught in reference cycles now: freed at exit, they can abort it
-        dist.destroy_process_group()
+        dist.destroy_process_group()  # also when run() raises: the other ranks then fail at once
 
 
 if __name__ == "__main__":
     main()
-    # Done: leave without Python's shutdown. torch can keep the group's worker threads alive past
-    # destroy_process_group, and one that frees a tensor while the interpreter shuts down aborts it.
-    sys.stdout.flush()
-    os._exit(0)
 # --8<-- [end:setup]

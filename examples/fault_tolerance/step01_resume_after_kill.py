@@ -11,7 +11,6 @@ It imports distdocs.checkpoint, which the failure-and-recovery page builds: `pip
 """
 
 import argparse
-import gc
 import hashlib
 import io
 import os
@@ -23,11 +22,19 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+import torch.distributed.nn  # noqa: F401  before init_process_group: imported later, its defaults pin the group
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 import distdocs.checkpoint as checkpoint
+
+# The launch command's --nproc_per_node, and how long a collective waits for a rank that stopped answering
+# before it fails: torch's default is 30 minutes on gloo and 10 on nccl. 60 s makes a stuck rank fail fast
+# while you learn. A real job sets more than its longest pause outside collectives (a checkpoint save,
+# evaluation on rank 0, compile or autotune warm-up), 1800 s or more, on gloo and nccl alike.
+NPROC_PER_NODE = 2
+TIMEOUT_S = 60
 
 SAMPLES, BATCH, EPOCHS = 512, 16, 2  # 512 / (2 ranks x 16) = 16 steps an epoch, 32 in all
 
@@ -37,7 +44,15 @@ def log(*args) -> None:
         print(*args, flush=True)
 
 
-def parse(world: int) -> argparse.Namespace:
+def usage_error(message: str) -> None:
+    """Every rank stops with exit code 2, before any process group exists; rank 0 says why, in one line."""
+    if os.environ.get("RANK", "0") == "0":
+        print(f"error: {message}", file=sys.stderr, flush=True)
+    sys.exit(2)
+
+
+def parse_args() -> argparse.Namespace:
+    world = int(os.environ.get("WORLD_SIZE", NPROC_PER_NODE))
     steps = EPOCHS * SAMPLES // (world * BATCH)
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--ckpt-every", type=int, default=4, help="steps between checkpoints (default: 4)")
@@ -65,24 +80,18 @@ def parse(world: int) -> argparse.Namespace:
     ):
         problems.append(f"--kill-in-write must be a checkpoint step (a multiple of --ckpt-every) below {steps}")
     if problems:
-        if dist.get_rank() == 0:  # one line, from one rank; every rank exits
-            print(f"error: {'; '.join(problems)}", file=sys.stderr)
-        sys.exit(2)
+        usage_error("; ".join(problems))
+    try:
+        checkpoint.check_writable(args.ckpt_dir)  # a bad folder fails now, not at the first save
+    except checkpoint.CheckpointError as e:
+        usage_error(str(e))
     args.steps = steps
     return args
 
 
-def run(device: torch.device) -> None:
-    rank, world = dist.get_rank(), dist.get_world_size()
-    args = parse(world)
+def run(args: argparse.Namespace, device: torch.device) -> None:
+    rank = dist.get_rank()
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
-    try:
-        checkpoint.check_writable(args.ckpt_dir)  # a bad folder fails now, not at the first save
-    except checkpoint.CheckpointError as e:
-        if rank == 0:  # one line, from one rank; every rank exits
-            print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
-    dist.barrier()
 
     model, opt, sched, loader = build(device)
 
@@ -188,26 +197,21 @@ def save(model, opt, sched, step: int, args, attempt: int) -> None:
 
 # --8<-- [start:setup]
 def main() -> None:
+    args = parse_args()  # before any process group: a bad flag exits 2 with one line
     if "LOCAL_RANK" not in os.environ:  # started with python, not torchrun: say how, in one line
-        sys.exit(f"error: launch with torchrun: torchrun --standalone --nproc_per_node=2 {sys.argv[0]}")
+        sys.exit(f"error: launch with torchrun: torchrun --standalone --nproc_per_node={NPROC_PER_NODE} {sys.argv[0]}")
     backend = "nccl" if torch.cuda.is_available() else "gloo"
     device = torch.device("cpu")
     if backend == "nccl":
         device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))  # one GPU per process on a node
         torch.cuda.set_device(device)
-    # A rank that stops answering fails the others after 60 s, not after gloo's default 30 minutes.
-    dist.init_process_group(backend, timeout=timedelta(seconds=60))
+    dist.init_process_group(backend, timeout=timedelta(seconds=TIMEOUT_S))
     try:
-        run(device)  # the work, in a function: its models are garbage once it returns
+        run(args, device)  # the work, in a function: what it builds is freed when it returns
     finally:
-        gc.collect()  # free models caught in reference cycles now: freed at exit, they can abort it
-        dist.destroy_process_group()
+        dist.destroy_process_group()  # also when run() raises: the other ranks then fail at once
 
 
 if __name__ == "__main__":
     main()
-    # Done: leave without Python's shutdown. torch can keep the group's worker threads alive past
-    # destroy_process_group, and one that frees a tensor while the interpreter shuts down aborts it.
-    sys.stdout.flush()
-    os._exit(0)
 # --8<-- [end:setup]

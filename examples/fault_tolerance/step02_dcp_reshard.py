@@ -16,10 +16,18 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+import torch.distributed.nn  # noqa: F401  before init_process_group: imported later, its defaults pin the group
 from torch import nn
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
+
+# The launch command's --nproc_per_node, and how long a collective waits for a rank that stopped answering
+# before it fails: torch's default is 30 minutes on gloo and 10 on nccl. 60 s makes a stuck rank fail fast
+# while you learn. A real job sets more than its longest pause outside collectives (a checkpoint save,
+# evaluation on rank 0, compile or autotune warm-up), 1800 s or more, on gloo and nccl alike.
+NPROC_PER_NODE = 2
+TIMEOUT_S = 60
 
 WIDTH = 64  # divisible by 1, 2 and 4 ranks
 
@@ -46,12 +54,33 @@ def full_weights(model, opt) -> dict:
     return get_state_dict(model, opt, options=options)[0]
 
 
-def run(device: torch.device) -> None:
+def release_dtensor_caches() -> None:
+    """Let destroy_process_group free the process group on gloo. torch 2.13's DTensor keeps every
+    DeviceMesh it has used in caches, and a mesh holds its groups; gloo cannot stop the threads of a
+    group that is still held, and they race the interpreter's exit, which can abort it (the known torch
+    issue on the data-parallelism page). nccl stops its threads at destroy and needs none of this.
+    These are torch internals: check them when you upgrade torch."""
+    from torch.distributed.tensor import _redistribute
+    from torch.distributed.tensor._collective_utils import MeshTopoInfo
+    from torch.distributed.tensor.debug import _clear_sharding_prop_cache
+
+    _clear_sharding_prop_cache()
+    MeshTopoInfo.build_from_mesh.cache_clear()
+    _redistribute.clear_redistribute_planner_cache()
+    _redistribute._gen_transform_infos.cache_clear()
+    gc.collect()  # FSDP's modules hold the group in reference cycles
+
+
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     what = parser.add_mutually_exclusive_group(required=True)
     what.add_argument("--save", metavar="DIR", help="train 3 steps, then save a sharded checkpoint here")
     what.add_argument("--load", metavar="DIR", help="load the sharded checkpoint saved here")
     args = parser.parse_args()
+    return args
+
+
+def train_and_check(args: argparse.Namespace, device: torch.device) -> None:
     world = dist.get_world_size()
     model, opt = sharded_model(device)
 
@@ -96,28 +125,28 @@ def run(device: torch.device) -> None:
     # --8<-- [end:self_check]
 
 
+def run(args: argparse.Namespace, device: torch.device) -> None:
+    train_and_check(args, device)  # what it built (models, meshes, DTensors) is freed when it returns
+    release_dtensor_caches()  # so that the setup's destroy_process_group can free the group
+
+
 # --8<-- [start:setup]
 def main() -> None:
+    args = parse_args()  # before any process group: a bad flag exits 2 with one line
     if "LOCAL_RANK" not in os.environ:  # started with python, not torchrun: say how, in one line
-        sys.exit(f"error: launch with torchrun: torchrun --standalone --nproc_per_node=2 {sys.argv[0]}")
+        sys.exit(f"error: launch with torchrun: torchrun --standalone --nproc_per_node={NPROC_PER_NODE} {sys.argv[0]}")
     backend = "nccl" if torch.cuda.is_available() else "gloo"
     device = torch.device("cpu")
     if backend == "nccl":
         device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))  # one GPU per process on a node
         torch.cuda.set_device(device)
-    # A rank that stops answering fails the others after 60 s, not after gloo's default 30 minutes.
-    dist.init_process_group(backend, timeout=timedelta(seconds=60))
+    dist.init_process_group(backend, timeout=timedelta(seconds=TIMEOUT_S))
     try:
-        run(device)  # the work, in a function: its models are garbage once it returns
+        run(args, device)  # the work, in a function: what it builds is freed when it returns
     finally:
-        gc.collect()  # free models caught in reference cycles now: freed at exit, they can abort it
-        dist.destroy_process_group()
+        dist.destroy_process_group()  # also when run() raises: the other ranks then fail at once
 
 
 if __name__ == "__main__":
     main()
-    # Done: leave without Python's shutdown. torch can keep the group's worker threads alive past
-    # destroy_process_group, and one that frees a tensor while the interpreter shuts down aborts it.
-    sys.stdout.flush()
-    os._exit(0)
 # --8<-- [end:setup]

@@ -8,7 +8,6 @@ checkpoint and checks that it ends bit for bit where the uninterrupted run ended
 """
 
 import argparse
-import gc
 import os
 import sys
 import tempfile
@@ -17,8 +16,16 @@ from datetime import timedelta
 
 import torch
 import torch.distributed as dist
+import torch.distributed.nn  # noqa: F401  before init_process_group: imported later, its defaults pin the group
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
+
+# The launch command's --nproc_per_node, and how long a collective waits for a rank that stopped answering
+# before it fails: torch's default is 30 minutes on gloo and 10 on nccl. 60 s makes a stuck rank fail fast
+# while you learn. A real job sets more than its longest pause outside collectives (a checkpoint save,
+# evaluation on rank 0, compile or autotune warm-up), 1800 s or more, on gloo and nccl alike.
+NPROC_PER_NODE = 2
+TIMEOUT_S = 60
 
 STEPS = 40
 STEP_S = 0.02  # a sleep in each step, standing in for a real step's minutes of compute
@@ -40,7 +47,7 @@ def train(model, opt, first: int, last: int, device, every: float | None, path: 
     """Steps first..last-1; with `every`, checkpoint whenever rank 0 says T seconds have passed."""
     saved = []
     # --8<-- [start:decide]
-    last_save = time.monotonic()
+    last_save = time.monotonic()  # a schedule on the CPU's clock: it times no GPU work, so no synchronize
     for step in range(first, last):
         model(batch(step, device)).square().mean().backward()
         opt.step()
@@ -88,15 +95,24 @@ def fresh(device):
     return model, torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
 
 
-def run(device: torch.device) -> None:
+def usage_error(message: str) -> None:
+    """Every rank stops with exit code 2, before any process group exists; rank 0 says why, in one line."""
+    if os.environ.get("RANK", "0") == "0":
+        print(f"error: {message}", file=sys.stderr, flush=True)
+    sys.exit(2)
+
+
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--every", type=float, default=0.2, help="seconds between checkpoints (default: 0.2)")
     parser.add_argument("--ckpt-dir", default="checkpoints", help="folder for checkpoint.pt (default: checkpoints)")
     args = parser.parse_args()
     if not args.every > 0 or args.every >= STEPS * STEP_S:
-        if dist.get_rank() == 0:  # one line, from one rank; every rank exits
-            print(f"error: --every must be above 0 and below the run's {STEPS * STEP_S:g} s", file=sys.stderr)
-        sys.exit(2)
+        usage_error(f"--every must be above 0 and below the run's {STEPS * STEP_S:g} s")
+    return args
+
+
+def run(args: argparse.Namespace, device: torch.device) -> None:
     os.makedirs(args.ckpt_dir, exist_ok=True)
     path = os.path.join(args.ckpt_dir, "checkpoint.pt")
 
@@ -127,26 +143,21 @@ def run(device: torch.device) -> None:
 
 # --8<-- [start:setup]
 def main() -> None:
+    args = parse_args()  # before any process group: a bad flag exits 2 with one line
     if "LOCAL_RANK" not in os.environ:  # started with python, not torchrun: say how, in one line
-        sys.exit(f"error: launch with torchrun: torchrun --standalone --nproc_per_node=2 {sys.argv[0]}")
+        sys.exit(f"error: launch with torchrun: torchrun --standalone --nproc_per_node={NPROC_PER_NODE} {sys.argv[0]}")
     backend = "nccl" if torch.cuda.is_available() else "gloo"
     device = torch.device("cpu")
     if backend == "nccl":
         device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))  # one GPU per process on a node
         torch.cuda.set_device(device)
-    # A rank that stops answering fails the others after 60 s, not after gloo's default 30 minutes.
-    dist.init_process_group(backend, timeout=timedelta(seconds=60))
+    dist.init_process_group(backend, timeout=timedelta(seconds=TIMEOUT_S))
     try:
-        run(device)  # the work, in a function: its models are garbage once it returns
+        run(args, device)  # the work, in a function: what it builds is freed when it returns
     finally:
-        gc.collect()  # free models caught in reference cycles now: freed at exit, they can abort it
-        dist.destroy_process_group()
+        dist.destroy_process_group()  # also when run() raises: the other ranks then fail at once
 
 
 if __name__ == "__main__":
     main()
-    # Done: leave without Python's shutdown. torch can keep the group's worker threads alive past
-    # destroy_process_group, and one that frees a tensor while the interpreter shuts down aborts it.
-    sys.stdout.flush()
-    os._exit(0)
 # --8<-- [end:setup]

@@ -17,6 +17,7 @@ from datetime import timedelta
 
 import torch
 import torch.distributed as dist
+import torch.distributed.nn  # noqa: F401  before init_process_group: imported later, its defaults pin the group
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -26,6 +27,13 @@ import deepspeed  # noqa: E402
 
 # DeepSpeed 0.19 calls collectives that torch 2.13 renamed; the warning would repeat on every step.
 warnings.filterwarnings("ignore", r".*(all_gather_into_tensor|reduce_scatter_tensor). is deprecated", FutureWarning)
+
+# The launch command's --nproc_per_node, and how long a collective waits for a rank that stopped answering
+# before it fails: torch's default is 30 minutes on gloo and 10 on nccl. 60 s makes a stuck rank fail fast
+# while you learn. A real job sets more than its longest pause outside collectives (a checkpoint save,
+# evaluation on rank 0, compile or autotune warm-up), 1800 s or more, on gloo and nccl alike.
+NPROC_PER_NODE = 2
+TIMEOUT_S = 60
 
 GLOBAL_BATCH = 64
 EPOCHS = 3
@@ -134,35 +142,37 @@ def run(device: torch.device, stage: int) -> None:
                 assert world_size != 2 or name != "torch DDP" or torch.equal(p, q)
     log("self-check passed")
     # --8<-- [end:self_check]
+    engine.destroy()  # DeepSpeed's own teardown of the engine: it removes the hooks that hold the model
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--zero-stage", type=int, choices=[1, 2, 3], default=1)
+    return parser.parse_args()
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--zero-stage", type=int, choices=[1, 2, 3], default=1)
-    stage = parser.parse_args().zero_stage
+    args = parse_args()  # before any process group: a bad flag exits 2 with one line
     if "LOCAL_RANK" not in os.environ:  # started with python, not torchrun: say how, in one line
-        sys.exit(f"error: launch with torchrun: torchrun --standalone --nproc_per_node=2 {sys.argv[0]}")
+        sys.exit(f"error: launch with torchrun: torchrun --standalone --nproc_per_node={NPROC_PER_NODE} {sys.argv[0]}")
     backend = "nccl" if torch.cuda.is_available() else "gloo"
     device = torch.device("cpu")
     if backend == "nccl":
-        device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
+        device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))  # one GPU per process on a node
         torch.cuda.set_device(device)
     # DeepSpeed logs to stdout, and prints a build line on every rank: send both to stderr.
     for handler in deepspeed.utils.logger.handlers:
         handler.setStream(sys.stderr)
     with contextlib.redirect_stdout(sys.stderr):
         # DeepSpeed's way in: it calls init_process_group with torchrun's environment.
-        deepspeed.init_distributed(dist_backend=backend, timeout=timedelta(seconds=60))
+        deepspeed.init_distributed(dist_backend=backend, timeout=timedelta(seconds=TIMEOUT_S))
     try:
-        run(device, stage)
+        run(device, args.zero_stage)  # the work, in a function: what it builds is freed when it returns
     finally:
-        gc.collect()  # free models caught in reference cycles now: freed at exit, they can abort it
-        dist.destroy_process_group()
+        gc.collect()  # DeepSpeed's engine sits in reference cycles that hold the group: free them first
+        # DeepSpeed's teardown: it destroys the group and drops the references DeepSpeed keeps to it.
+        deepspeed.comm.destroy_process_group()  # also when run() raises: the other ranks then fail at once
 
 
 if __name__ == "__main__":
     main()
-    # Done: leave without Python's shutdown. torch can keep the group's worker threads alive past
-    # destroy_process_group, and one that frees a tensor while the interpreter shuts down aborts it.
-    sys.stdout.flush()
-    os._exit(0)

@@ -10,7 +10,6 @@ the rule holds. `--save PATH` also writes the curves as JSON, for the page's fig
 
 import argparse
 import datetime
-import gc
 import json
 import os
 import platform
@@ -19,8 +18,16 @@ from datetime import timedelta
 
 import torch
 import torch.distributed as dist
+import torch.distributed.nn  # noqa: F401  before init_process_group: imported later, its defaults pin the group
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
+
+# The launch command's --nproc_per_node, and how long a collective waits for a rank that stopped answering
+# before it fails: torch's default is 30 minutes on gloo and 10 on nccl. 60 s makes a stuck rank fail fast
+# while you learn. A real job sets more than its longest pause outside collectives (a checkpoint save,
+# evaluation on rank 0, compile or autotune warm-up), 1800 s or more, on gloo and nccl alike.
+NPROC_PER_NODE = 2
+TIMEOUT_S = 60
 
 SAMPLES, EPOCHS, WARMUP_EPOCHS = 4096, 12, 2
 BASE_BATCH, BASE_LR = 32, 0.01
@@ -78,15 +85,25 @@ def train(device, x, y, global_batch: int, lr: float, warmup_epochs: int) -> lis
     return curve
 
 
-def run(device: torch.device) -> None:
+def usage_error(message: str) -> None:
+    """Every rank stops with exit code 2, before any process group exists; rank 0 says why, in one line."""
+    if os.environ.get("RANK", "0") == "0":
+        print(f"error: {message}", file=sys.stderr, flush=True)
+    sys.exit(2)
+
+
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--save", help="also write the curves and the machine to this JSON file")
     args = parser.parse_args()
-    n = dist.get_world_size()
+    n = int(os.environ.get("WORLD_SIZE", NPROC_PER_NODE))
     if any(batch % n for batch, _, _ in RUNS.values()):
-        if dist.get_rank() == 0:
-            print(f"error: every global batch must divide among {n} ranks", file=sys.stderr)
-        sys.exit(2)
+        usage_error(f"every global batch must divide among {n} ranks")
+    return args
+
+
+def run(args: argparse.Namespace, device: torch.device) -> None:
+    n = dist.get_world_size()
     x, y = make_data()
     curves = {name: train(device, x, y, *settings) for name, settings in RUNS.items()}
 
@@ -120,26 +137,21 @@ def run(device: torch.device) -> None:
 
 # --8<-- [start:setup]
 def main() -> None:
+    args = parse_args()  # before any process group: a bad flag exits 2 with one line
     if "LOCAL_RANK" not in os.environ:  # started with python, not torchrun: say how, in one line
-        sys.exit(f"error: launch with torchrun: torchrun --standalone --nproc_per_node=2 {sys.argv[0]}")
+        sys.exit(f"error: launch with torchrun: torchrun --standalone --nproc_per_node={NPROC_PER_NODE} {sys.argv[0]}")
     backend = "nccl" if torch.cuda.is_available() else "gloo"
     device = torch.device("cpu")
     if backend == "nccl":
         device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))  # one GPU per process on a node
         torch.cuda.set_device(device)
-    # A rank that stops answering fails the others after 60 s, not after gloo's default 30 minutes.
-    dist.init_process_group(backend, timeout=timedelta(seconds=60))
+    dist.init_process_group(backend, timeout=timedelta(seconds=TIMEOUT_S))
     try:
-        run(device)  # the work, in a function: its models are garbage once it returns
+        run(args, device)  # the work, in a function: what it builds is freed when it returns
     finally:
-        gc.collect()  # free models caught in reference cycles now: freed at exit, they can abort it
-        dist.destroy_process_group()
+        dist.destroy_process_group()  # also when run() raises: the other ranks then fail at once
 
 
 if __name__ == "__main__":
     main()
-    # Done: leave without Python's shutdown. torch can keep the group's worker threads alive past
-    # destroy_process_group, and one that frees a tensor while the interpreter shuts down aborts it.
-    sys.stdout.flush()
-    os._exit(0)
 # --8<-- [end:setup]

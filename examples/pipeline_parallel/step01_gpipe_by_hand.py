@@ -8,16 +8,24 @@ repository. Rank 0 prints, for several micro-batch counts m, the bubble fraction
 whether training matched one process.
 """
 
-import gc
+import argparse
 import os
 import sys
 from datetime import timedelta
 
 import torch
 import torch.distributed as dist
+import torch.distributed.nn  # noqa: F401  before init_process_group: imported later, its defaults pin the group
 from torch import nn
 
 from distdocs.pipeline import gpipe_step
+
+# The launch command's --nproc_per_node, and how long a collective waits for a rank that stopped answering
+# before it fails: torch's default is 30 minutes on gloo and 10 on nccl. 60 s makes a stuck rank fail fast
+# while you learn. A real job sets more than its longest pause outside collectives (a checkpoint save,
+# evaluation on rank 0, compile or autotune warm-up), 1800 s or more, on gloo and nccl alike.
+NPROC_PER_NODE = 2
+TIMEOUT_S = 60
 
 WIDTH = 128
 BATCH = 32
@@ -57,15 +65,25 @@ def batches(device):
         yield x.to(device), torch.sin(x.sum(dim=1, keepdim=True)).to(device)
 
 
-def run(device: torch.device) -> None:
-    if dist.get_world_size() != 2:  # every rank stops; rank 0 says why, in one line
-        if dist.get_rank() == 0:
-            print(
-                f"error: this example needs exactly 2 processes, got {dist.get_world_size()}; launch it with: "
-                f"torchrun --standalone --nproc_per_node=2 {sys.argv[0]}",
-                file=sys.stderr,
-            )
-        sys.exit(2)
+def usage_error(message: str) -> None:
+    """Every rank stops with exit code 2, before any process group exists; rank 0 says why, in one line."""
+    if os.environ.get("RANK", "0") == "0":
+        print(f"error: {message}", file=sys.stderr, flush=True)
+    sys.exit(2)
+
+
+def parse_args() -> argparse.Namespace:
+    args = argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
+    world_size = int(os.environ.get("WORLD_SIZE", NPROC_PER_NODE))
+    if world_size != NPROC_PER_NODE:
+        usage_error(
+            f"this example needs exactly {NPROC_PER_NODE} processes, got {world_size}; launch it with: "
+            f"torchrun --standalone --nproc_per_node={NPROC_PER_NODE} {sys.argv[0]}"
+        )
+    return args
+
+
+def run(args: argparse.Namespace, device: torch.device) -> None:
     reference = make_model().to(device)  # one process, the whole model, the same batches
     ref_opt = torch.optim.SGD(reference.parameters(), lr=LR)
     for x, y in batches(device):
@@ -91,26 +109,21 @@ def run(device: torch.device) -> None:
 
 # --8<-- [start:setup]
 def main() -> None:
+    args = parse_args()  # before any process group: a bad flag exits 2 with one line
     if "LOCAL_RANK" not in os.environ:  # started with python, not torchrun: say how, in one line
-        sys.exit(f"error: launch with torchrun: torchrun --standalone --nproc_per_node=2 {sys.argv[0]}")
+        sys.exit(f"error: launch with torchrun: torchrun --standalone --nproc_per_node={NPROC_PER_NODE} {sys.argv[0]}")
     backend = "nccl" if torch.cuda.is_available() else "gloo"
     device = torch.device("cpu")
     if backend == "nccl":
         device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))  # one GPU per process on a node
         torch.cuda.set_device(device)
-    # A rank that stops answering fails the others after 60 s, not after gloo's default 30 minutes.
-    dist.init_process_group(backend, timeout=timedelta(seconds=60))
+    dist.init_process_group(backend, timeout=timedelta(seconds=TIMEOUT_S))
     try:
-        run(device)  # the work, in a function: its models are garbage once it returns
+        run(args, device)  # the work, in a function: what it builds is freed when it returns
     finally:
-        gc.collect()  # free models caught in reference cycles now: freed at exit, they can abort it
-        dist.destroy_process_group()
+        dist.destroy_process_group()  # also when run() raises: the other ranks then fail at once
 
 
 if __name__ == "__main__":
     main()
-    # Done: leave without Python's shutdown. torch can keep the group's worker threads alive past
-    # destroy_process_group, and one that frees a tensor while the interpreter shuts down aborts it.
-    sys.stdout.flush()
-    os._exit(0)
 # --8<-- [end:setup]

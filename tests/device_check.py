@@ -1,0 +1,199 @@
+"""The device check: three mistakes that pass every CPU run and break under nccl, found by reading
+the code, since CI has no GPU to run it on.
+
+1. **A CPU tensor reaches a collective.** A tensor built by a torch factory (`torch.tensor`, `zeros`,
+   `empty`, `randn`, ...) without `device=` and never moved (`.to(...)`, `.cuda()`) is passed to a
+   collective (`dist.all_reduce`, `broadcast`, `send`, ...). nccl takes GPU tensors only: "No backend
+   type associated with device type cpu".
+2. **A model that DDP wraps was never moved.** `DDP(model)` where the model was built without
+   `.to(...)`: under nccl, DDP is built on a CPU module.
+3. **A clock read that does not wait for the GPU.** A function (or a class's methods, together) that
+   reads a clock twice or more (`time.perf_counter`, `time.monotonic`, `time.time`) to take a duration,
+   and never synchronizes (`torch.cuda.synchronize`, or a helper named `now`, `wait_for_device` or
+   `synchronize`). CUDA returns once work is queued, so such a timer measures the queueing.
+
+Code that means the CPU on purpose says so in a comment with the words "on the CPU" (on the line that
+builds the tensor or calls the collective or DDP, or on one of the clock reads), and the rule lets it
+pass.
+
+What it cannot see: it follows names within one function, not values across calls or attributes; a
+tensor that arrives as an argument, from a DataLoader or from another module is trusted; and it knows
+nothing of streams, so a GPU timer that synchronizes the wrong stream, or an all_reduce on a tensor
+moved to the wrong GPU, passes.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+FACTORIES = {"tensor", "zeros", "ones", "empty", "full", "rand", "randn", "randint", "arange", "linspace", "eye"}
+COLLECTIVES = {
+    "all_reduce", "broadcast", "reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter",
+    "reduce_scatter_tensor", "all_to_all", "all_to_all_single", "send", "recv", "isend", "irecv", "gather",
+    "scatter",
+}  # fmt: skip
+CLOCKS = {"perf_counter", "monotonic", "time"}
+SYNCS = {"synchronize", "now", "wait_for_device"}
+MOVES = re.compile(r"\.(to|cuda)\(")
+CPU_MEANT = re.compile(r"#.*\bon the CPU\b")
+
+
+@dataclass(frozen=True)
+class Finding:
+    path: str
+    line: int
+    rule: str
+    what: str
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}: {self.rule}: {self.what}"
+
+
+def _name(func: ast.expr) -> str:
+    """The called name: `dist.all_reduce` -> 'all_reduce', `now` -> 'now'."""
+    if isinstance(func, ast.Attribute):
+        return func.attr
+    return func.id if isinstance(func, ast.Name) else ""
+
+
+def _is_torch_factory(node: ast.AST) -> bool:
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and isinstance(node.func.value, ast.Name)
+        and node.func.value.id == "torch"
+        and node.func.attr in FACTORIES
+        and not any(k.arg == "device" for k in node.keywords)
+    )
+
+
+def _builds_on_cpu(expr: ast.AST) -> bool:
+    """An expression that builds a tensor with a torch factory, no device, and no move after."""
+    text = ast.unparse(expr)
+    return any(_is_torch_factory(n) for n in ast.walk(expr)) and not MOVES.search(text)
+
+
+def _builds_unmoved_module(expr: ast.AST) -> bool:
+    """A call that builds a module (not a tensor) and does not move it."""
+    return isinstance(expr, ast.Call) and not _is_torch_factory(expr) and not MOVES.search(ast.unparse(expr))
+
+
+class _Scope:
+    """The statements of one function (nested functions are scopes of their own)."""
+
+    def __init__(self, node: ast.AST) -> None:
+        self.node = node
+        self.nodes = list(self._walk(node))
+
+    @staticmethod
+    def _walk(node):
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+                continue
+            yield child
+            yield from _Scope._walk(child)
+
+    def assignments(self) -> dict[str, list[ast.Assign]]:
+        found: dict[str, list[ast.Assign]] = {}
+        for n in self.nodes:
+            if isinstance(n, ast.Assign):
+                for target in n.targets:
+                    for t in ast.walk(target):
+                        if isinstance(t, ast.Name):
+                            found.setdefault(t.id, []).append(n)
+        return found
+
+
+def check_source(source: str, path: str = "<source>") -> list[Finding]:
+    tree = ast.parse(source)
+    lines = source.splitlines()
+
+    def says_cpu(*line_numbers: int) -> bool:
+        return any(CPU_MEANT.search(lines[n - 1]) for n in line_numbers if 0 < n <= len(lines))
+
+    findings: list[Finding] = []
+    scopes = [tree] + [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    for scope_node in scopes:
+        scope = _Scope(scope_node)
+        assigned = scope.assignments()
+
+        def last_assignment(name: str, before: int) -> ast.Assign | None:
+            earlier = [a for a in assigned.get(name, []) if a.lineno < before]
+            return earlier[-1] if earlier else None
+
+        for call in (n for n in scope.nodes if isinstance(n, ast.Call)):
+            called = _name(call.func)
+            if called in COLLECTIVES and isinstance(call.func, ast.Attribute):
+                for arg in list(call.args) + [k.value for k in call.keywords]:
+                    elements = arg.elts if isinstance(arg, (ast.List, ast.Tuple)) else [arg]
+                    if isinstance(arg, ast.ListComp):
+                        elements = [arg.elt]
+                    for el in elements:
+                        origin = el
+                        if isinstance(el, ast.Name):
+                            assignment = last_assignment(el.id, call.lineno)
+                            if assignment is None or _moved_later(scope, el.id, assignment.lineno, call.lineno):
+                                continue
+                            origin = assignment.value
+                        if _builds_on_cpu(origin) and not says_cpu(call.lineno, origin.lineno):
+                            findings.append(
+                                Finding(
+                                    path,
+                                    call.lineno,
+                                    "cpu-tensor-in-collective",
+                                    f"{ast.unparse(el)} reaches {called} without a device",
+                                )  # fmt: skip
+                            )
+            if called in {"DDP", "DistributedDataParallel"} and call.args:
+                arg = call.args[0]
+                origin = arg
+                if isinstance(arg, ast.Name):
+                    assignment = last_assignment(arg.id, call.lineno)
+                    if assignment is None or _moved_later(scope, arg.id, assignment.lineno, call.lineno):
+                        continue
+                    origin = assignment.value
+                if _builds_unmoved_module(origin) and not says_cpu(call.lineno, origin.lineno):
+                    findings.append(
+                        Finding(path, call.lineno, "unmoved-model-in-ddp", f"DDP({ast.unparse(arg)}) was never moved")
+                    )
+    findings += _unsynchronized_clocks(tree, path, says_cpu)
+    return sorted(set(findings), key=lambda f: f.line)
+
+
+def _moved_later(scope: _Scope, name: str, after: int, before: int) -> bool:
+    """`name = name.to(...)` or `name.to(...)` / `name.cuda()` between two lines."""
+    for n in scope.nodes:
+        if isinstance(n, ast.Call) and after < n.lineno <= before and isinstance(n.func, ast.Attribute):
+            if n.func.attr in {"to", "cuda"} and isinstance(n.func.value, ast.Name) and n.func.value.id == name:
+                return True
+    return False
+
+
+def _unsynchronized_clocks(tree: ast.Module, path: str, says_cpu) -> list[Finding]:
+    findings = []
+    # A class's methods share a timer (start in __enter__, stop in __exit__): look at them together.
+    groups = [n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)]
+    in_class = {id(m) for c in groups for m in ast.walk(c) if isinstance(m, ast.FunctionDef)}
+    groups += [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and id(n) not in in_class]
+    for group in groups:
+        calls = [n for n in ast.walk(group) if isinstance(n, ast.Call)]
+        clocks = [
+            c
+            for c in calls
+            if isinstance(c.func, ast.Attribute)
+            and isinstance(c.func.value, ast.Name)
+            and c.func.value.id == "time"
+            and c.func.attr in CLOCKS
+        ]
+        if len(clocks) < 2 or says_cpu(*(c.lineno for c in clocks)) or any(_name(c.func) in SYNCS for c in calls):
+            continue
+        what = f"{group.name} takes a duration from time.{clocks[-1].func.attr}() and never synchronizes"
+        findings.append(Finding(path, clocks[-1].lineno, "clock-without-synchronize", what))
+    return findings
+
+
+def check_file(path: Path, root: Path) -> list[Finding]:
+    return check_source(path.read_text(), str(path.relative_to(root)))
