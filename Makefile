@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 # Material prints a banner about its successor on every build; it is noise in test logs.
 export NO_MKDOCS_2_WARNING := 1
 
-.PHONY: soak serve test lint build pdf audit bench check-upstream gpu-check lock chromium clean
+.PHONY: soak exit-soak serve test lint build pdf audit bench check-upstream gpu-check lock chromium clean
 
 # The lock pins every package, torch==2.13.0 (a CPU build) among them: an unpinned torch would pull
 # a CUDA build of several GB. The stamp makes the install run again when the lock changes.
@@ -81,6 +81,12 @@ bench: $(STAMP)
 # Twenty kill points of the fault-tolerant example, drawn at random, each resumed to the same weights.
 soak: $(STAMP)
 	DISTDOCS_SOAK=20 $(BIN)/python -m pytest tests/test_fault_tolerance.py -k kill_point -v
+
+# The exit soak: examples launched again and again under torchrun (8 of them, 125 times each, in turns),
+# counting the launches in which a rank aborted at exit. Saved with the machine to benchmarks/exits-cpu.*;
+# about an hour and a half on 2 cores. `make test` checks every run's exit directly (tests/exit_probe).
+exit-soak: $(STAMP)
+	PATH=$(BIN):$$PATH $(BIN)/distdocs bench exits --launches 125 --save benchmarks/exits-cpu
 
 # The browser test drives Debian's chromium through Playwright's Python package. Never run
 # `playwright install`: it downloads a browser, which this network does not allow.

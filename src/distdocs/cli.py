@@ -21,6 +21,7 @@ BENCHMARKS = {
     "scaling": "samples/s at 1, 2 and 4 ranks, compute- and sync-bound, with and without accumulation",
     "prediction": "the cost model's DDP step time against the measured one, at 1 and 2 ranks",
     "recovery": "from a rank killed under torchrun back to training: each phase timed, 2 ranks",
+    "exits": "examples launched again and again under torchrun: how many ranks abort at exit",
 }
 
 
