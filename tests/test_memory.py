@@ -2,23 +2,103 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
+import torch
+from torch import nn
 
 from distdocs import cli
-from distdocs.memory import GIB, activation_bytes, bytes_per_parameter, per_device_model_states, tensor_pipeline_split
+from distdocs.memory import (
+    GIB,
+    SHARDED,
+    activation_bytes,
+    bytes_per_parameter,
+    per_device_model_states,
+    tensor_pipeline_split,
+)
+from distdocs.world import spawn_world
 
 
 @pytest.mark.parametrize(
     "precision, optimizer, total",
-    [("fp32", "adam", 16), ("bf16-mixed", "adam", 16), ("fp32", "sgd", 12), ("bf16-mixed", "sgd", 12)],
+    [
+        ("fp32", "adam", 16),
+        ("autocast", "adam", 16),
+        ("bf16-master", "adam", 16),
+        ("bf16-master-fp32-grads", "adam", 20),  # the Ultra-Scale Playbook's figure
+        ("fp32", "sgd", 12),
+        ("bf16-master", "sgd", 12),
+    ],
 )
 def test_bytes_per_parameter(precision, optimizer, total):
     assert bytes_per_parameter(precision, optimizer).total == total
 
 
+def test_the_layouts_agree_in_total_but_not_in_what_zero_1_and_2_leave_whole():
+    # 1000 parameters on 10 devices: autocast keeps fp32 weights and gradients whole under ZeRO-1
+    # (4 + 4 + 8/10 = 8.8 B a parameter), bf16-master keeps 16-bit ones (2 + 2 + 12/10 = 5.2 B); under
+    # ZeRO-2 the weights alone stay whole (4 + 12/10 = 5.2 B against 2 + 14/10 = 3.4 B).
+    per = {
+        layout: [per_device_model_states(1000, bytes_per_parameter(layout), s, 10) for s in SHARDED]
+        for layout in ("autocast", "bf16-master")
+    }
+    assert per["autocast"] == pytest.approx([16000, 8800, 5200, 1600])
+    assert per["bf16-master"] == pytest.approx([16000, 5200, 3400, 1600])
+
+
+# Three model sizes and device counts, as DeepSpeed's docs use them: params, largest layer, devices.
+DEEPSPEED_CASES = [(125e6, 50e6, 8), (7e9, 262e6, 64), (70e9, 1.07e9, 512)]
+
+
+@pytest.mark.parametrize("params, largest_layer, devices", DEEPSPEED_CASES)
+def test_zero_figures_match_deepspeeds_own_estimators(params, largest_layer, devices):
+    """DeepSpeed's estimators count the fp32-gradient layout: ZeRO-2 exactly as we do (2 bytes of bf16
+    weights whole, 18 sharded), ZeRO-3 as 18 sharded bytes plus the largest layer gathered in 16 bits
+    with its gradient (4 bytes a parameter of that layer). We count 20 sharded bytes: DeepSpeed leaves
+    out the bf16 weights' own shard (2/n), and the transient layer is not a model state."""
+    os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    from deepspeed.runtime.zero.stage3 import estimate_zero3_model_states_mem_needs
+    from deepspeed.runtime.zero.stage_1_and_2 import estimate_zero2_model_states_mem_needs
+
+    states = bytes_per_parameter("bf16-master-fp32-grads", "adam")
+    _, ds_zero2 = estimate_zero2_model_states_mem_needs(int(params), num_gpus_per_node=devices, cpu_offload=False)
+    assert ds_zero2 == pytest.approx(per_device_model_states(params, states, "ZeRO-2", devices), abs=1)
+    _, ds_zero3, _ = estimate_zero3_model_states_mem_needs(
+        int(params), int(largest_layer), num_gpus_per_node=devices, cpu_offload=False
+    )
+    ours = per_device_model_states(params, states, "ZeRO-3/FSDP", devices)
+    assert ds_zero3 == pytest.approx(ours - 2 * params / devices + 4 * largest_layer, abs=1)
+
+
+def fsdp2_autocast_bytes(rank: int, world_size: int) -> tuple:
+    """One Adam step of FSDP2 with bf16 compute: the dtypes and bytes this rank keeps between steps."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))  # 676 parameters
+    fully_shard(model, mesh=init_device_mesh("cpu", (world_size,)), mp_policy=MixedPrecisionPolicy(torch.bfloat16))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    model(torch.randn(8, 16)).float().square().mean().backward()
+    opt.step()
+    shards = [p.to_local() for p in model.parameters()] + [p.grad.to_local() for p in model.parameters()]
+    adam = [t.to_local() for state in opt.state.values() for t in state.values() if t.dim() > 0]
+    dtypes = {str(t.dtype) for t in shards}
+    return dtypes, sum(t.numel() * t.element_size() for t in shards + adam), sum(p.numel() for p in model.parameters())
+
+
+def test_fsdp2_with_bf16_compute_keeps_the_autocast_layout_between_steps():
+    """MixedPrecisionPolicy(param_dtype=bf16) computes in bf16 but keeps fp32 sharded parameters and
+    gradients, so the calculator's `autocast` layout under FSDP is what a rank holds, byte for byte."""
+    for dtypes, held, params in spawn_world(fsdp2_autocast_bytes, 2):
+        assert dtypes == {"torch.float32"}
+        assert held == per_device_model_states(params, bytes_per_parameter("autocast"), "ZeRO-3/FSDP", 2)
+
+
 def test_reproduces_the_zero_paper_figure_1():
     # Rajbhandari et al. 2020, Figure 1: 7.5B parameters, 64 GPUs, mixed precision Adam.
-    states = bytes_per_parameter("bf16-mixed", "adam")
+    states = bytes_per_parameter("bf16-master", "adam")
     gb = [per_device_model_states(7.5e9, states, s, 64) / 1e9 for s in ["DDP", "ZeRO-1", "ZeRO-2", "ZeRO-3/FSDP"]]
     assert [round(x, 1) for x in gb] == [120.0, 31.4, 16.6, 1.9]
 
@@ -50,7 +130,7 @@ def test_the_70b_example_needs_16_devices_as_tp_8_by_pp_2():
     [
         ["--params", "abc"],
         ["--params", "0"],
-        ["--params", "7B", "--precision", "fp16"],
+        ["--params", "7B", "--precision", "bf16-mixed"],
         ["--params", "7B", "--layers", "2"],
         ["--params", "7B", "--devices", "0"],
     ],

@@ -76,6 +76,9 @@ def cmd_memory(args: argparse.Namespace) -> int:
         )
     if args.cluster is not None and args.cluster < 1:
         raise UsageError(f"--cluster must be a positive number of devices, not {args.cluster}")
+    if args.layouts:
+        print(memory.layouts_report(params, args.optimizer, args.devices))
+        return 0
     print(
         memory.report(
             params, args.precision, args.optimizer, args.devices, args.device_gib, activations, note, args.cluster or 0
@@ -187,7 +190,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     mem = sub.add_parser("memory", help="memory needed to train a model, and what sharding does to it")
     mem.add_argument("--params", required=True, help="parameter count: 70B, 125M, 7e9")
-    mem.add_argument("--precision", default="bf16-mixed", help="fp32 or bf16-mixed (default)")
+    mem.add_argument(
+        "--precision",
+        default="bf16-master",
+        help="the precision layout: fp32, autocast, bf16-master (default) or bf16-master-fp32-grads",
+    )
+    mem.add_argument("--layouts", action="store_true", help="model states per device for every layout and strategy")
     mem.add_argument("--optimizer", default="adam", help="adam (default) or sgd (with momentum)")
     mem.add_argument("--devices", type=int, default=8, help="data-parallel devices (default: 8)")
     mem.add_argument("--cluster", type=int, help="devices in the whole job: lay them out as TP x PP x DP")

@@ -1,14 +1,30 @@
 """How much memory training a model needs, and what sharding or splitting does to it.
 
-Model states per parameter, in bytes (the accounting of the ZeRO paper, Rajbhandari et al. 2020):
+Model states per parameter, in bytes (the accounting of the ZeRO paper, Rajbhandari et al. 2020), in
+the four precision layouts that real jobs run (Adam: m and v, or SGD: momentum, always in fp32):
 
-| precision | weights | gradients | master weights | optimizer (Adam: m, v; SGD: momentum) |
-|---|---|---|---|---|
-| fp32 | 4 | 4 | - | 8 (Adam) or 4 (SGD) |
-| bf16-mixed | 2 | 2 | 4 (fp32) | 8 (Adam) or 4 (SGD), in fp32 |
+| layout | weights | gradients | fp32 gradients | master weights | Adam | total |
+|---|---|---|---|---|---|---|
+| `fp32` | 4 | 4 | - | - | 8 | 16 |
+| `autocast` | 4 | 4 | - | - | 8 | 16 |
+| `bf16-master` | 2 | 2 | - | 4 | 8 | 16 |
+| `bf16-master-fp32-grads` | 2 | 2 | 4 | 4 | 8 | 20 |
 
-So Adam costs 16 bytes per parameter in both: mixed precision saves activation memory and time, not
-model-state memory.
+- `autocast` is what `torch.autocast` does, and what this site's examples do: fp32 weights and
+  gradients, bf16 (or fp16) compute on 16-bit copies made on the fly. FSDP2 with
+  `MixedPrecisionPolicy(param_dtype=torch.bfloat16)` keeps the same between steps: fp32 sharded
+  parameters (`FSDPParam.orig_dtype`) and fp32 sharded gradients (the reduce-scatter's output is cast
+  back to `orig_dtype`, `torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py`). Its model
+  states are fp32's; it saves activation memory and time.
+- `bf16-master` is the layout of Megatron-LM and DeepSpeed: bf16 weights and gradients, and an fp32
+  master copy of the weights that the optimizer updates.
+- `bf16-master-fp32-grads` adds an fp32 buffer in which the gradients accumulate: 20 bytes a
+  parameter, the Ultra-Scale Playbook's figure, and what DeepSpeed's ZeRO estimators count.
+
+The ZeRO stages shard the states in this order: stage 1 the optimizer's (Adam's state, the master
+weights and the fp32 gradients, which belong to the optimizer's partition), stage 2 the 16-bit
+gradients too, stage 3 (and FSDP) the weights too. The totals of the layouts agree, but what each
+stage leaves whole, and so the per-device figures of ZeRO-1 and ZeRO-2, does not.
 
 Activations are an estimate, for a transformer with 16-bit activations and FlashAttention-style
 attention (no s x s score matrix kept): about 34·s·b·h bytes per layer for sequence length s,
@@ -29,15 +45,23 @@ import math
 from dataclasses import dataclass
 
 GIB = 1 << 30
-PRECISIONS = ("fp32", "bf16-mixed")
 OPTIMIZERS = {"adam": 8, "sgd": 4}  # fp32 optimizer-state bytes per parameter
+# Bytes per parameter of the weights, 16-bit or fp32 gradients, and master weights, per layout.
+LAYOUTS = {
+    "fp32": (4, 4, 0, 0),
+    "autocast": (4, 4, 0, 0),
+    "bf16-master": (2, 2, 0, 4),
+    "bf16-master-fp32-grads": (2, 2, 4, 4),
+}
+PRECISIONS = tuple(LAYOUTS)
 # What each data-parallel strategy divides by the number of devices n (ZeRO stages; FSDP = stage 3).
-# The ZeRO paper counts fp32 master weights as optimizer state, so stage 1 shards them too.
+# The ZeRO paper counts fp32 master weights as optimizer state, so stage 1 shards them too, and
+# DeepSpeed keeps the fp32 gradients with the optimizer's partition.
 SHARDED = {
     "DDP": (),
-    "ZeRO-1": ("master weights", "optimizer"),
-    "ZeRO-2": ("master weights", "optimizer", "gradients"),
-    "ZeRO-3/FSDP": ("master weights", "optimizer", "gradients", "weights"),
+    "ZeRO-1": ("master weights", "optimizer", "fp32 gradients"),
+    "ZeRO-2": ("master weights", "optimizer", "fp32 gradients", "gradients"),
+    "ZeRO-3/FSDP": ("master weights", "optimizer", "fp32 gradients", "gradients", "weights"),
 }
 
 
@@ -49,12 +73,14 @@ class ModelStates:
     gradients: int
     master_weights: int
     optimizer: int
+    fp32_gradients: int = 0  # an fp32 accumulation buffer beside 16-bit gradients
 
     def parts(self) -> dict[str, int]:
-        """The four parts by name, in the order the reports print them."""
+        """The parts by name, in the order the reports print them."""
         return {
             "weights": self.weights,
             "gradients": self.gradients,
+            "fp32 gradients": self.fp32_gradients,
             "master weights": self.master_weights,
             "optimizer": self.optimizer,
         }
@@ -64,17 +90,16 @@ class ModelStates:
         return sum(self.parts().values())
 
 
-def bytes_per_parameter(precision: str = "bf16-mixed", optimizer: str = "adam") -> ModelStates:
-    """Bytes that one parameter costs in training, split into its parts, for a precision in
-    `PRECISIONS` and an optimizer in `OPTIMIZERS`; a ValueError names the choices otherwise.
-    Mixed precision keeps a float32 master copy beside the 16-bit weights."""
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, not {precision!r}")
+def bytes_per_parameter(precision: str = "bf16-master", optimizer: str = "adam") -> ModelStates:
+    """Bytes that one parameter costs in training, split into its parts, for a precision layout in
+    `LAYOUTS` (see the module's docstring) and an optimizer in `OPTIMIZERS`; a ValueError names the
+    choices otherwise."""
+    if precision not in LAYOUTS:
+        raise ValueError(f"precision must be one of {', '.join(LAYOUTS)}, not {precision!r}")
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, not {optimizer!r}")
-    if precision == "fp32":
-        return ModelStates(4, 4, 0, OPTIMIZERS[optimizer])
-    return ModelStates(2, 2, 4, OPTIMIZERS[optimizer])
+    weights, gradients, fp32_gradients, master = LAYOUTS[precision]
+    return ModelStates(weights, gradients, master, OPTIMIZERS[optimizer], fp32_gradients)
 
 
 def activation_bytes(layers: int, hidden: int, seq_len: int, micro_batch: int) -> int:
@@ -93,8 +118,9 @@ def tensor_pipeline_split(
 ) -> tuple[int, int] | None:
     """The fewest devices t x p that hold the model under t-way tensor and p-way pipeline parallelism,
     as (t, p): each device keeps states / (t p) and, on the first stage, activations / t. t runs over
-    powers of two up to `max_tensor_parallel` (one node's GPUs, since tensor parallelism needs fast
-    links); of equal totals the smaller t wins. None if even the largest t leaves no room."""
+    powers of two up to `max_tensor_parallel`: the GPUs of one NVLink domain, since tensor parallelism
+    needs its links (8 on an HGX node, 72 on a GB200 NVL72 rack); of equal totals the smaller t wins.
+    None if even the largest t leaves no room."""
     best = None
     t = 1
     while t <= max_tensor_parallel:
@@ -107,9 +133,21 @@ def tensor_pipeline_split(
     return best
 
 
+def layouts_report(params: float, optimizer: str = "adam", devices: int = 8) -> str:
+    """Model states per device for every precision layout under every data-parallel strategy: the
+    table that `distdocs memory --layouts` prints."""
+    head = f"{'layout':<24} {'B/param':>7} " + " ".join(f"{s:>11}" for s in SHARDED)
+    lines = [f"{params / 1e9:.1f} B parameters, {optimizer}, {devices} devices: model states per device, GiB", head]
+    for layout in LAYOUTS:
+        states = bytes_per_parameter(layout, optimizer)
+        cells = " ".join(f"{per_device_model_states(params, states, s, devices) / GIB:>11.1f}" for s in SHARDED)
+        lines.append(f"{layout:<24} {states.total:>7} {cells}")
+    return "\n".join(lines)
+
+
 def report(
     params: float,
-    precision: str = "bf16-mixed",
+    precision: str = "bf16-master",
     optimizer: str = "adam",
     devices: int = 8,
     device_gib: float = 80,
