@@ -13,6 +13,8 @@ from datetime import timedelta
 
 import torch
 import torch.distributed as dist
+
+# --8<-- [start:top]
 import torch.distributed.nn  # noqa: F401  before init_process_group: imported later, its defaults pin the group
 from torch import nn
 
@@ -22,6 +24,7 @@ from torch import nn
 # evaluation on rank 0, compile or autotune warm-up), 1800 s or more, on gloo and nccl alike.
 NPROC_PER_NODE = 2
 TIMEOUT_S = 60
+# --8<-- [end:top]
 
 GLOBAL_BATCH = 64
 EPOCHS = 3

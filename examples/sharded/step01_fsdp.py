@@ -74,6 +74,7 @@ def log(*args) -> None:
         print(*args, flush=True)
 
 
+# --8<-- [start:release]
 def release_dtensor_caches() -> None:
     """Let destroy_process_group free the process group on gloo. torch 2.13's DTensor keeps every
     DeviceMesh it has used in caches, and a mesh holds its groups; gloo cannot stop the threads of a
@@ -89,6 +90,9 @@ def release_dtensor_caches() -> None:
     _redistribute.clear_redistribute_planner_cache()
     _redistribute._gen_transform_infos.cache_clear()
     gc.collect()  # FSDP's modules hold the group in reference cycles
+
+
+# --8<-- [end:release]
 
 
 def parse_args() -> argparse.Namespace:
