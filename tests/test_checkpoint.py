@@ -4,6 +4,8 @@ weights_only loading, RNG states, and clear errors for bad folders and foreign c
 import os
 import pickle
 import random
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -100,3 +102,37 @@ def test_a_checkpoint_from_another_model_names_the_keys_that_differ():
 def test_keep_below_one_is_refused(tmp_path):
     with pytest.raises(ValueError, match="keep"):
         ck.save_checkpoint_atomic(state(1), tmp_path, 1, keep=0)
+
+
+HALF_WRITTEN = """
+import resource, signal, sys
+import torch
+from distdocs import checkpoint as ck
+
+folder = sys.argv[1]
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit then fails with EFBIG, as on a full disk
+resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, resource.RLIM_INFINITY))  # no file may grow past 1 MiB
+big = {"w": torch.ones(1 << 20)}  # 4 MiB of checkpoint
+new_checkpoint = lambda: ck.save_checkpoint_atomic(big, folder, 2)
+over_a_file = lambda: ck.write_atomically(f"{folder}/old.bin", b"x" * (4 << 20))
+for attempt in (new_checkpoint, over_a_file):
+    try:
+        attempt()
+    except OSError as e:
+        print("failed:", e.strerror)
+"""
+
+
+def test_a_write_that_fails_halfway_leaves_the_old_files_and_nothing_under_a_final_name(tmp_path):
+    """The disk fills in the middle of a write: a child process may not grow any file past 1 MiB
+    (RLIMIT_FSIZE), and writes a 4 MiB checkpoint, then 4 MiB over an existing file. Whatever way the
+    writer works, the step-2 checkpoint must not appear under its final name, the previous one and the
+    old file must keep their bytes, and no temporary file may be left."""
+    ck.save_checkpoint_atomic(state(1), tmp_path, 1)
+    (tmp_path / "old.bin").write_bytes(b"old contents")
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    child = subprocess.run([sys.executable, "-c", HALF_WRITTEN, str(tmp_path)], capture_output=True, text=True)
+    assert child.returncode == 0, child.stderr
+    assert child.stdout.count("failed: File too large") == 2, child.stdout + child.stderr  # both writes failed
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+    assert ck.load_latest_checkpoint(tmp_path)[0] == 1

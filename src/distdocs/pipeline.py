@@ -29,6 +29,14 @@ class BusyTimer:
         self.busy_s += time.perf_counter() - self._start
 
 
+def bubble_fraction(stages: int, microbatches: int) -> float:
+    """The share of a GPipe or 1F1B step each stage spends idle, filling and draining the pipeline:
+    (p - 1) / (m + p - 1) for p stages and m micro-batches (Huang et al. 2019)."""
+    if stages < 1 or microbatches < 1:
+        raise ValueError(f"stages and micro-batches must be at least 1, not {stages} and {microbatches}")
+    return (stages - 1) / (microbatches + stages - 1)
+
+
 # --8<-- [start:gpipe_step]
 def gpipe_step(stage: nn.Module, rank: int, x, y, m: int, width: int, timer: BusyTimer | None = None) -> None:
     """One training step's forwards and backwards for m micro-batches on a 2-stage pipeline

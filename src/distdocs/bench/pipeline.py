@@ -14,7 +14,7 @@ import torch.distributed as dist
 from torch import nn
 
 from distdocs.bench.harness import WARMUP, machine_line, median_after_warmup, parse_list, require
-from distdocs.pipeline import BusyTimer, gpipe_step
+from distdocs.pipeline import BusyTimer, bubble_fraction, gpipe_step
 from distdocs.world import World
 
 
@@ -55,7 +55,7 @@ def _pipeline_idle(rank: int, world_size: int, counts: list[int], width: int, ba
                 "stages": world_size,
                 "width": width,
                 "batch": batch,
-                "bubble_theory": (world_size - 1) / (m + world_size - 1),
+                "bubble_theory": bubble_fraction(world_size, m),
                 "idle_measured": both,
             }
         )

@@ -1,0 +1,223 @@
+"""Quiz answers that the code computes are held to it: the right option of each such question says what
+distdocs computes, or what a run printed (an output block, which test_docs.py checks against a fresh
+run), and no wrong option says it. The other questions are judgement, listed below. Every question
+on the site is in one list or the other, so a new one must be placed."""
+
+from __future__ import annotations
+
+import math
+import re
+from fractions import Fraction
+
+import pytest
+import torch
+
+from distdocs.costmodel import Step, Workload, step_time
+from distdocs.memory import bytes_per_parameter
+from distdocs.pipeline import bubble_fraction
+from distdocs.simulate import ring_allreduce
+
+from markdown_fences import DOCS, classify
+
+QUIZ = re.compile(r"<quiz>\n(.*?)</quiz>", re.S)
+
+
+def questions() -> dict[tuple[str, str], str]:
+    """(page, stem) -> the question's text, for every quiz on the site."""
+    found = {}
+    for page in sorted(DOCS.rglob("*.md")):
+        for quiz in QUIZ.findall(page.read_text()):
+            stem = quiz.split("\n- [")[0].strip()
+            found[(str(page.relative_to(DOCS)), stem)] = quiz
+    return found
+
+
+def options(quiz: str) -> tuple[str, list[str]]:
+    """The right option and the wrong ones."""
+    marked = re.findall(r"^- \[([ x])\] (.*)$", quiz, re.M)
+    return next(t for m, t in marked if m == "x"), [t for m, t in marked if m == " "]
+
+
+def output(page: str, command_part: str) -> str:
+    """The output block under the command on `page` that contains `command_part`."""
+    blocks = [f for f in classify(DOCS / page) if f.kind == "output" and command_part in f.attrs["after"]]
+    assert len(blocks) == 1, f"{page}: {len(blocks)} output blocks after a command with {command_part!r}"
+    return blocks[0].body
+
+
+def ring_bytes_per_rank(n: int, size: int = 840) -> Fraction:  # 840 divides into 2 to 8 chunks
+    """What each worker of the lab's one-process ring sends, as a share of the buffer's bytes."""
+    _, trace = ring_allreduce([torch.ones(size) for _ in range(n)])
+    assert len(set(trace.bytes_sent)) == 1  # every worker sends the same
+    return Fraction(trace.bytes_sent[0], size * 4)
+
+
+def ring_key() -> str:
+    for n in range(2, 9):  # the lab's ring sends 2(n - 1)/n of the buffer from each worker
+        assert ring_bytes_per_rank(n) == Fraction(2 * (n - 1), n)
+    assert ring_bytes_per_rank(2) == 1  # S at two ranks
+    return "2(n − 1)/n × S"
+
+
+def accumulation_calls_key() -> str:
+    # 4 ranks, 2 micro-batches: the output counts the calls with and without no_sync
+    text = output("practice/gradient-accumulation.md", "--accumulation-steps 2")
+    synced, accumulated = map(int, re.search(r"(\d+) syncing every micro-batch, (\d+) with no_sync", text).groups())
+    assert synced == 2 * accumulated
+    return "k"
+
+
+def local_sgd_key() -> str:
+    text = output("practice/sync-and-async.md", "step01_local_sgd.py")
+    rows = re.findall(r"^\s*(.+?)\s{2,}(\d+)\s+(\d+)\s", text, re.M)
+    every = {name: (int(calls), int(nbytes)) for name, calls, nbytes in rows}
+    (ddp_calls, ddp_bytes), (k4_calls, k4_bytes) = every["DDP, every step"], every["average every 4"]
+    assert ddp_calls == 4 * k4_calls and ddp_bytes / ddp_calls == k4_bytes / k4_calls
+    return "all_reduce calls, k-fold; each averaging moves as many bytes as one gradient sync"
+
+
+def scaling_key() -> str:
+    # 10 ms of compute, and on two ranks 10 ms of sync that backward does not hide
+    one, two = Step(1, 0.010, 0.0, 0.0, 1 / 0.010), Step(2, 0.010, 0.010, 0.010, 2 / 0.020)
+    speedup = two.samples_per_s / one.samples_per_s
+    assert speedup == pytest.approx(1.0) and two.step == pytest.approx(2 * one.step)
+    return "1×"
+
+
+def in_production_key() -> str:
+    # 4x on 8 GPUs with a fixed batch per GPU: 8 c / (c + e) = 4, so a step is c + e = 2c
+    compute = 1.0
+    exposed = 8 * compute / 4 - compute
+    assert Step(8, compute, exposed, exposed, 8 / (compute + exposed)).step == 2 * compute
+    return "twice as long"
+
+
+def accumulation_sync_key() -> str:
+    net = type("Net", (), {"alpha": 1e-4, "beta": 1e-9})()
+    steps = [step_time(Workload(1e6, 1e-4, 8, k, overlap=False), 2, net) for k in (1, 4)]
+    per_sample = [s.exposed_sync / (8 * k) for s, k in zip(steps, (1, 4))]
+    assert per_sample[0] == pytest.approx(4 * per_sample[1])
+    return "four-fold"
+
+
+def checkpoint_interval_key() -> str:
+    young = lambda write_s, mtbf_s: math.sqrt(2 * write_s * mtbf_s)  # noqa: E731  as the page computes it
+    assert young(60, 86400 / 4) == pytest.approx(young(60, 86400) / 2)
+    return "Halve"
+
+
+def rounding_key() -> str:
+    torch.manual_seed(0)  # the data-parallelism page's own check, without processes
+    per_sample = torch.randn(64, 1000)
+    one, two = per_sample.mean(0), (per_sample[:32].mean(0) + per_sample[32:].mean(0)) / 2
+    assert torch.allclose(one, two) and not torch.equal(one, two)
+    return "equal up to floating-point rounding"
+
+
+# (page, the start of the question) -> what the right option must say, computed from the code or a run.
+COMPUTED = {
+    ("lesson/choosing-a-strategy.md", "Training with Adam in mixed precision"): lambda: str(
+        bytes_per_parameter("bf16-master").total if bytes_per_parameter("autocast").total == 16 else None
+    ),
+    ("lesson/collectives.md", "For large tensors the ring"): ring_key,
+    ("quiz.md", "In a ring all_reduce of S bytes"): ring_key,
+    ("lesson/data-parallelism.md", "DDP on 2 ranks"): lambda: (
+        "bitwise equal to one process that averages"
+        if "averages the 2 shards' gradients: True" in output("lesson/data-parallelism.md", "step02_ddp.py")
+        else None
+    ),
+    ("lesson/model-parallelism.md", "Two ranks each hold half"): lambda: (
+        "half" if bubble_fraction(stages=2, microbatches=1) == 0.5 else None
+    ),
+    ("lesson/pipeline-parallelism.md", "With p = 4 equal stages"): lambda: str(
+        Fraction(bubble_fraction(4, 4)).limit_denominator(100)
+    ),
+    ("lesson/tensor-parallelism.md", "In a column-parallel then row-parallel"): lambda: (
+        "One all_reduce"
+        if "columns then rows: all_reduce in forward," in output("lesson/tensor-parallelism.md", "exercise01")
+        else None
+    ),
+    ("practice/common-mistakes.md", "A job without checkpoints"): lambda: re.search(
+        r"steps computed: (\d+) for a 40-step run", output("practice/common-mistakes.md", "--ckpt-every 0")
+    ).group(1),
+    ("practice/gradient-accumulation.md", "Four ranks each accumulate"): lambda: re.search(
+        r"global batch (\d+) = micro-batch 8 x accumulation steps 2 x ranks 4",
+        output("practice/gradient-accumulation.md", "--accumulation-steps 2"),
+    ).group(1),
+    ("practice/gradient-accumulation.md", "What does wrapping the first"): lambda: (
+        accumulation_calls_key() + " times fewer"
+    ),
+    ("quiz.md", "Gradient accumulation over k micro-batches"): lambda: "Divides it by " + accumulation_calls_key(),
+    ("practice/in-production.md", "With the batch per GPU fixed"): in_production_key,
+    ("practice/scaling.md", "A step takes 10 ms"): scaling_key,
+    ("practice/scaling.md", "Accumulating four micro-batches"): accumulation_sync_key,
+    ("practice/sync-and-async.md", "Local SGD averages"): local_sgd_key,
+    ("recovery/checkpoint-and-resume.md", "A checkpoint takes 1 minute"): checkpoint_interval_key,
+    ("quiz.md", "Two ranks each hold half of a batch"): rounding_key,
+}
+
+# Questions whose answer is judgement, a definition or a reason, not a number the code computes.
+JUDGEMENT = [
+    ("lesson/choosing-a-strategy.md", "A model's states do not fit"),
+    ("lesson/collectives.md", "Which collective leaves every rank"),
+    ("lesson/data-parallelism.md", "Every example's setup picks the GPU"),
+    ("lesson/index.md", "Data parallelism, model parallelism"),
+    ("lesson/index.md", "In the data-parallel loop"),
+    ("lesson/launchers.md", "`torchrun --standalone"),
+    ("lesson/launchers.md", "On a cluster"),
+    ("lesson/model-parallelism.md", "What does rank 1 send back"),
+    ("lesson/pipeline-parallelism.md", "Why not simply use very many"),
+    ("lesson/sharded-data-parallelism.md", "Sharded data parallelism (FSDP, ZeRO-3) replaces"),
+    ("lesson/sharded-data-parallelism.md", "What does sharding the model state cost"),
+    ("lesson/tensor-parallelism.md", "Why is tensor parallelism used"),
+    ("practice/best-practices.md", "Before adding a second GPU"),
+    ("practice/best-practices.md", "When is a checkpoint a backup"),
+    ("practice/common-mistakes.md", "A model takes a fraction of a millisecond"),
+    ("practice/in-production.md", "Why does one rank decide"),
+    ("practice/learning-rate.md", "A run trained well with batch 32"),
+    ("practice/learning-rate.md", "Why did the run with the whole dataset"),
+    ("practice/mixed-precision.md", "Why do the weights stay in float32"),
+    ("practice/mixed-precision.md", "Which 16-bit format"),
+    ("practice/profile-first.md", "In a profile of a DDP step"),
+    ("practice/profile-first.md", "Why does the profiler's schedule"),
+    ("practice/sync-and-async.md", "Asynchronous training with a large staleness"),
+    ("quiz.md", "The most common reason"),
+    ("quiz.md", "Small models that fit on one GPU"),
+    ("quiz.md", "A training job writes its checkpoint"),
+    ("quiz.md", "All ranks of a job stop"),
+    ("quiz.md", "Mixed precision with bfloat16 autocast"),
+    ("quiz.md", "The lab fits a line"),
+    ("quiz.md", "In the scaling explorer"),
+    ("recovery/checkpoint-and-resume.md", "Why is a checkpoint written to a temporary file"),
+    ("recovery/debugging.md", "Each rank times its computation"),
+    ("recovery/debugging.md", "A job hangs because one rank"),
+    ("recovery/multi-node.md", "A job runs on two nodes"),
+    ("recovery/multi-node.md", "On two real machines"),
+]
+
+
+def find(page: str, start: str) -> str:
+    matches = [q for (p, stem), q in questions().items() if p == page and stem.startswith(start)]
+    assert len(matches) == 1, f"{page}: {len(matches)} questions start with {start!r}"
+    return matches[0]
+
+
+@pytest.mark.parametrize("page, start", list(COMPUTED), ids=[f"{p}: {s}" for p, s in COMPUTED])
+def test_a_computed_answer_is_the_marked_option_and_no_other(page, start):
+    key = COMPUTED[(page, start)]()
+    assert key, f"the code no longer gives this question's answer: {page}: {start}"
+    right, wrong = options(find(page, start))
+    assert key in right, f"{page}: the marked answer {right!r} does not say {key!r}"
+    assert not [w for w in wrong if key in w], f"{page}: a wrong option says {key!r} too"
+
+
+def test_every_question_is_computed_or_listed_as_judgement():
+    placed = [*COMPUTED, *JUDGEMENT]
+    for page, start in placed:
+        find(page, start)  # each names exactly one question
+    unplaced = [
+        f"{page}: {stem[:60]}"
+        for page, stem in questions()
+        if not any(p == page and stem.startswith(s) for p, s in placed)
+    ]
+    assert not unplaced, f"questions in neither list: {unplaced}"
