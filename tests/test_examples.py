@@ -64,6 +64,22 @@ def test_example_imports_torch_and_at_most_the_piece_its_page_builds(script):
     assert not others, f"{script.name} needs more than torch: {others}"
 
 
+def imports_distdocs(script) -> bool:
+    tree = ast.parse(script.read_text())
+    names = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
+    names += [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module]
+    return any(name.split(".")[0] == "distdocs" for name in names)
+
+
+def test_the_home_page_counts_the_examples_that_import_the_library():
+    count = sum(imports_distdocs(p) for p in EXAMPLE_SCRIPTS)
+    said = re.search(r"(\w+) of\s+them import one piece of this site's library", (REPO / "docs/index.md").read_text())
+    words = "zero one two three four five six seven eight nine ten".split()
+    assert said and said.group(1).lower() == words[count], (
+        f"{count} examples import distdocs; the home page says otherwise"
+    )
+
+
 def test_plain_python_gets_a_one_line_error_with_the_torchrun_command():
     example = "examples/data_parallel/step01_manual_allreduce.py"
     result = CommandRuns().run(f"python {example}")

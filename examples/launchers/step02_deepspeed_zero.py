@@ -105,7 +105,7 @@ def run(device: torch.device, stage: int) -> None:
         "train_micro_batch_size_per_gpu": GLOBAL_BATCH // world_size,
         "zero_optimization": {"stage": stage},
         "zero_allow_untested_optimizer": True,  # ZeRO is tested with Adam; SGD needs this
-        "gradient_clipping": 0.0,  # DeepSpeed 0.19 clips to norm 1.0 unless told otherwise
+        "gradient_clipping": 0.0,  # DeepSpeed 0.19.3 and later clip to norm 1.0 unless told
     }
     model = make_model().to(device)
     opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
