@@ -86,7 +86,7 @@ soak: $(STAMP)
 # counting the launches in which a rank aborted at exit. Saved with the machine to benchmarks/exits-cpu.*;
 # about an hour and a half on 2 cores. `make test` checks every run's exit directly (tests/exit_probe).
 exit-soak: $(STAMP)
-	PATH=$(BIN):$$PATH $(BIN)/distdocs bench exits --launches 125 --save benchmarks/exits-cpu
+	PATH=$(BIN):$$PATH $(BIN)/distdocs bench exits --save benchmarks/exits-cpu
 
 # The browser test drives Debian's chromium through Playwright's Python package. Never run
 # `playwright install`: it downloads a browser, which this network does not allow.

@@ -2,15 +2,19 @@
 the code, since CI has no GPU to run it on.
 
 1. **A CPU tensor reaches a collective.** A tensor built by a torch factory (`torch.tensor`, `zeros`,
-   `empty`, `randn`, ...) without `device=` and never moved (`.to(...)`, `.cuda()`) is passed to a
-   collective (`dist.all_reduce`, `broadcast`, `send`, ...). nccl takes GPU tensors only: "No backend
-   type associated with device type cpu".
+   `empty`, `randn`, ...) without `device=` and never moved to a device (`.to(device)`, `.cuda()`; a
+   tensor is moved only by reassigning it) is passed to a collective (`dist.all_reduce`, `broadcast`,
+   `send`, ...). nccl takes GPU tensors only: "No backend type associated with device type cpu".
 2. **A model that DDP wraps was never moved.** `DDP(model)` where the model was built without
-   `.to(...)`: under nccl, DDP is built on a CPU module.
+   `.to(device)`: under nccl, DDP is built on a CPU module.
 3. **A clock read that does not wait for the GPU.** A function (or a class's methods, together) that
    reads a clock twice or more (`time.perf_counter`, `time.monotonic`, `time.time`) to take a duration,
-   and never synchronizes (`torch.cuda.synchronize`, or a helper named `now`, `wait_for_device` or
-   `synchronize`). CUDA returns once work is queued, so such a timer measures the queueing.
+   and never synchronizes (`torch.cuda.synchronize(...)`, or a call of a helper named `now`,
+   `wait_for_device` or `synchronize`). CUDA returns once work is queued, so such a timer measures the
+   queueing.
+
+A move counts when its argument names a device: `.to(device)`, `.to(x.device)`, `.to("cuda")`,
+`.to(f"cuda:{rank}")`, `.cuda()`; `.to(torch.float64)` changes the dtype and is no move.
 
 Code that means the CPU on purpose says so in a comment with the words "on the CPU" (on the line that
 builds the tensor or calls the collective or DDP, or on one of the clock reads), and the rule lets it
@@ -37,7 +41,7 @@ COLLECTIVES = {
 }  # fmt: skip
 CLOCKS = {"perf_counter", "monotonic", "time"}
 SYNCS = {"synchronize", "now", "wait_for_device"}
-MOVES = re.compile(r"\.(to|cuda)\(")
+DEVICE_WORDS = re.compile(r"device|cuda", re.I)
 CPU_MEANT = re.compile(r"#.*\bon the CPU\b")
 
 
@@ -70,15 +74,28 @@ def _is_torch_factory(node: ast.AST) -> bool:
     )
 
 
+def _is_move(node: ast.AST) -> bool:
+    """`x.cuda(...)`, or `x.to(...)` with an argument that names a device (not a dtype)."""
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+        return False
+    if node.func.attr == "cuda":
+        return True
+    arguments = list(node.args) + [k.value for k in node.keywords if k.arg == "device"]
+    return node.func.attr == "to" and any(DEVICE_WORDS.search(ast.unparse(a)) for a in arguments)
+
+
+def _moves(expr: ast.AST) -> bool:
+    return any(_is_move(n) for n in ast.walk(expr))
+
+
 def _builds_on_cpu(expr: ast.AST) -> bool:
     """An expression that builds a tensor with a torch factory, no device, and no move after."""
-    text = ast.unparse(expr)
-    return any(_is_torch_factory(n) for n in ast.walk(expr)) and not MOVES.search(text)
+    return any(_is_torch_factory(n) for n in ast.walk(expr)) and not _moves(expr)
 
 
 def _builds_unmoved_module(expr: ast.AST) -> bool:
     """A call that builds a module (not a tensor) and does not move it."""
-    return isinstance(expr, ast.Call) and not _is_torch_factory(expr) and not MOVES.search(ast.unparse(expr))
+    return isinstance(expr, ast.Call) and not _is_torch_factory(expr) and not _moves(expr)
 
 
 class _Scope:
@@ -135,7 +152,7 @@ def check_source(source: str, path: str = "<source>") -> list[Finding]:
                         origin = el
                         if isinstance(el, ast.Name):
                             assignment = last_assignment(el.id, call.lineno)
-                            if assignment is None or _moved_later(scope, el.id, assignment.lineno, call.lineno):
+                            if assignment is None or _moved_later(scope, el.id, assignment.lineno, call.lineno, False):
                                 continue
                             origin = assignment.value
                         if _builds_on_cpu(origin) and not says_cpu(call.lineno, origin.lineno):
@@ -152,7 +169,7 @@ def check_source(source: str, path: str = "<source>") -> list[Finding]:
                 origin = arg
                 if isinstance(arg, ast.Name):
                     assignment = last_assignment(arg.id, call.lineno)
-                    if assignment is None or _moved_later(scope, arg.id, assignment.lineno, call.lineno):
+                    if assignment is None or _moved_later(scope, arg.id, assignment.lineno, call.lineno, True):
                         continue
                     origin = assignment.value
                 if _builds_unmoved_module(origin) and not says_cpu(call.lineno, origin.lineno):
@@ -163,13 +180,29 @@ def check_source(source: str, path: str = "<source>") -> list[Finding]:
     return sorted(set(findings), key=lambda f: f.line)
 
 
-def _moved_later(scope: _Scope, name: str, after: int, before: int) -> bool:
-    """`name = name.to(...)` or `name.to(...)` / `name.cuda()` between two lines."""
+def _moved_later(scope: _Scope, name: str, after: int, before: int, in_place: bool) -> bool:
+    """`name = name.to(device)` between two lines; for a module (`in_place`), `name.to(device)` alone
+    moves it too, while a tensor's `.to` returns a copy that must be assigned."""
     for n in scope.nodes:
-        if isinstance(n, ast.Call) and after < n.lineno <= before and isinstance(n.func, ast.Attribute):
-            if n.func.attr in {"to", "cuda"} and isinstance(n.func.value, ast.Name) and n.func.value.id == name:
-                return True
+        if not after < getattr(n, "lineno", 0) <= before:
+            continue
+        call = n.value if isinstance(n, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == name for t in n.targets) else (n if in_place else None)  # fmt: skip
+        if (
+            isinstance(call, ast.Call)
+            and _is_move(call)
+            and isinstance(call.func.value, ast.Name)
+            and call.func.value.id == name
+        ):
+            return True
     return False
+
+
+def _synchronizes(call: ast.Call) -> bool:
+    """`torch.cuda.synchronize(...)`, or a call of a helper by its bare name (`now(device)`)."""
+    if isinstance(call.func, ast.Name):
+        return call.func.id in SYNCS
+    return ast.unparse(call.func) == "torch.cuda.synchronize"
 
 
 def _unsynchronized_clocks(tree: ast.Module, path: str, says_cpu) -> list[Finding]:
@@ -188,7 +221,7 @@ def _unsynchronized_clocks(tree: ast.Module, path: str, says_cpu) -> list[Findin
             and c.func.value.id == "time"
             and c.func.attr in CLOCKS
         ]
-        if len(clocks) < 2 or says_cpu(*(c.lineno for c in clocks)) or any(_name(c.func) in SYNCS for c in calls):
+        if len(clocks) < 2 or says_cpu(*(c.lineno for c in clocks)) or any(_synchronizes(c) for c in calls):
             continue
         what = f"{group.name} takes a duration from time.{clocks[-1].func.attr}() and never synchronizes"
         findings.append(Finding(path, clocks[-1].lineno, "clock-without-synchronize", what))

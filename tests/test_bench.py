@@ -9,7 +9,7 @@ import json
 import pytest
 
 from distdocs import cli
-from distdocs.bench import allreduce, buckets, ddp, pipeline, precision, prediction, recovery, scaling
+from distdocs.bench import allreduce, buckets, ddp, exits, pipeline, precision, prediction, recovery, scaling
 from distdocs.bench.harness import UsageError, median_after_warmup, parse_size
 from distdocs.costmodel import Network
 
@@ -54,6 +54,7 @@ def test_median_leaves_out_the_warmup():
         (scaling, "scaling-cpu"),
         (prediction, "prediction-cpu"),
         (recovery, "recovery-cpu"),
+        (exits, "exits-cpu"),
     ],
 )
 def test_saved_table_is_generated_from_its_data(module, name):
@@ -295,9 +296,34 @@ def test_saved_scaling_supports_what_the_scaling_page_says():
         ["recovery", "--repeat", "0"],
         ["recovery", "--kill-at-step", "32"],
         ["recovery", "--example", "no/such/example.py"],
+        ["exits", "--launches", "0"],
+        ["exits", "--examples", "no/such/example.py:2"],
+        ["exits", "--examples", "examples/sharded/step01_fsdp.py"],
     ],
 )
 def test_bad_bench_arguments_get_one_line_and_exit_2(argv, capsys):
     assert cli.main(["bench", *argv]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: ") and "\n" not in err
+
+
+def test_saved_exit_soak_supports_what_the_testing_page_says():
+    """At least a thousand launches, the examples that used to abort at exit among them, and not one
+    abort or other failure."""
+    data = saved("exits-cpu")
+    records = data["records"]
+    assert sum(r["launches"] for r in records) >= 1000
+    launched = {(r["example"].split()[0], r["ranks"]) for r in records}
+    assert {
+        ("examples/model_parallel/step01_split_layers.py", 2),
+        ("examples/sharded/step01_fsdp.py", 4),
+        ("examples/data_parallel/step03_ddp_from_scratch.py", 2),
+        ("examples/in_production/step01_2d_mesh.py", 4),
+    } <= launched
+    assert [r for r in records if r["aborts"] or r["other_failures"]] == []
+    assert data["machine"]["torch"].startswith("2.")
+
+
+def test_exit_soak_counts_a_rank_that_aborts_at_exit():
+    outcome, _, excerpt = exits.launch("tests/faulty_scripts/abort_at_exit.py", 2)
+    assert outcome == "abort", excerpt

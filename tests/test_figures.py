@@ -19,9 +19,10 @@ def test_lr_figure_is_drawn_from_its_data():
 
 
 def test_saved_lr_curves_support_what_the_learning_rate_page_says():
-    small, unscaled, scaled, huge = json.loads(LR_DATA.read_text())["curves"].values()
+    small, unscaled, scaled, cold, huge = json.loads(LR_DATA.read_text())["curves"].values()
     assert unscaled[-1] > 3 * small[-1]  # "many times the small batch's ... at least three times"
     assert scaled[-1] <= 1.3 * small[-1]  # "ends within 30% of it"
+    assert cold[-1] <= 1.3 * small[-1]  # "the scaled run without a warmup ends as close"
     assert len(huge) <= 3 and not huge[-1] < 1.0  # "diverges within three epochs"
 
 

@@ -22,7 +22,7 @@ def what_survived(folder, rank: int) -> tuple[bool, bool]:
     return handler, complete and thread_file.read_bytes().endswith(b"END\n")
 
 
-def test_a_normal_exit_runs_atexit_joins_threads_and_stops_dataloader_workers(tmp_path):
+def test_a_normal_exit_runs_atexit_joins_threads_and_leaves_no_process(tmp_path):
     result = CommandRuns().run_ok(f"torchrun --standalone --nproc_per_node=2 {SCRIPT} --out {tmp_path}")
     for rank in (0, 1):
         handler, complete = what_survived(tmp_path, rank)

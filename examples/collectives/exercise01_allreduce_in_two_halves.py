@@ -65,7 +65,7 @@ def run(args: argparse.Namespace, device: torch.device) -> None:
 
 # --8<-- [start:setup]
 def main() -> None:
-    args = parse_args()  # before any process group: a bad flag exits 2 with one line
+    args = parse_args()  # before any process group: a bad flag stops every rank at once, exit code 2
     if "LOCAL_RANK" not in os.environ:  # started with python, not torchrun: say how, in one line
         sys.exit(f"error: launch with torchrun: torchrun --standalone --nproc_per_node={NPROC_PER_NODE} {sys.argv[0]}")
     backend = "nccl" if torch.cuda.is_available() else "gloo"
@@ -77,7 +77,7 @@ def main() -> None:
     try:
         run(args, device)  # the work, in a function: what it builds is freed when it returns
     finally:
-        dist.destroy_process_group()  # also when run() raises: the other ranks then fail at once
+        dist.destroy_process_group()  # also when run() raises
 
 
 if __name__ == "__main__":

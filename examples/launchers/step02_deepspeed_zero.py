@@ -152,7 +152,7 @@ def parse_args() -> argparse.Namespace:
 
 
 def main() -> None:
-    args = parse_args()  # before any process group: a bad flag exits 2 with one line
+    args = parse_args()  # before any process group: a bad flag stops every rank at once, exit code 2
     if "LOCAL_RANK" not in os.environ:  # started with python, not torchrun: say how, in one line
         sys.exit(f"error: launch with torchrun: torchrun --standalone --nproc_per_node={NPROC_PER_NODE} {sys.argv[0]}")
     backend = "nccl" if torch.cuda.is_available() else "gloo"
@@ -171,7 +171,7 @@ def main() -> None:
     finally:
         gc.collect()  # DeepSpeed's engine sits in reference cycles that hold the group: free them first
         # DeepSpeed's teardown: it destroys the group and drops the references DeepSpeed keeps to it.
-        deepspeed.comm.destroy_process_group()  # also when run() raises: the other ranks then fail at once
+        deepspeed.comm.destroy_process_group()  # also when run() raises
 
 
 if __name__ == "__main__":

@@ -42,16 +42,20 @@ def release_dtensor_caches() -> None:
     DeviceMesh it has used in caches, and a mesh holds its groups; gloo cannot stop the threads of a
     group that is still held, and they race the interpreter's exit, which can abort it (the known torch
     issue on the data-parallelism page). nccl stops its threads at destroy and needs none of this.
-    These are torch internals: check them when you upgrade torch."""
-    from torch.distributed.tensor import _redistribute
-    from torch.distributed.tensor._collective_utils import MeshTopoInfo
-    from torch.distributed.tensor.debug import _clear_sharding_prop_cache
+    These caches are torch internals: each is cleared only where this torch has it."""
+    if dist.get_backend() != "gloo":
+        return
+    from torch.distributed.tensor import _collective_utils, _redistribute, debug
 
-    _clear_sharding_prop_cache()
-    MeshTopoInfo.build_from_mesh.cache_clear()
-    _redistribute.clear_redistribute_planner_cache()
-    _redistribute._gen_transform_infos.cache_clear()
-    gc.collect()  # FSDP's modules hold the group in reference cycles
+    for clear in (
+        getattr(debug, "_clear_sharding_prop_cache", None),
+        getattr(_collective_utils.MeshTopoInfo.build_from_mesh, "cache_clear", None),
+        getattr(_redistribute, "clear_redistribute_planner_cache", None),
+        getattr(getattr(_redistribute, "_gen_transform_infos", None), "cache_clear", None),
+    ):
+        if clear is not None:
+            clear()
+    gc.collect()  # what the work built can sit in reference cycles that hold the group (FSDP's modules do)
 
 
 def parse_args() -> argparse.Namespace:
@@ -85,7 +89,7 @@ def run(args: argparse.Namespace, device: torch.device) -> None:
 
 # --8<-- [start:setup]
 def main() -> None:
-    args = parse_args()  # before any process group: a bad flag exits 2 with one line
+    args = parse_args()  # before any process group: a bad flag stops every rank at once, exit code 2
     if "LOCAL_RANK" not in os.environ:  # started with python, not torchrun: say how, in one line
         sys.exit(f"error: launch with torchrun: torchrun --standalone --nproc_per_node={NPROC_PER_NODE} {sys.argv[0]}")
     backend = "nccl" if torch.cuda.is_available() else "gloo"
@@ -97,7 +101,7 @@ def main() -> None:
     try:
         run(args, device)  # the work, in a function: what it builds is freed when it returns
     finally:
-        dist.destroy_process_group()  # also when run() raises: the other ranks then fail at once
+        dist.destroy_process_group()  # also when run() raises
 
 
 if __name__ == "__main__":

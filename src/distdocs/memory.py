@@ -21,9 +21,10 @@ the four precision layouts that real jobs run (Adam: m and v, or SGD: momentum, 
 - `bf16-master-fp32-grads` adds an fp32 buffer in which the gradients accumulate: 20 bytes a
   parameter, the Ultra-Scale Playbook's figure, and what DeepSpeed's ZeRO estimators count.
 
-The ZeRO stages shard the states in this order: stage 1 the optimizer's (Adam's state, the master
-weights and the fp32 gradients, which belong to the optimizer's partition), stage 2 the 16-bit
-gradients too, stage 3 (and FSDP) the weights too. The totals of the layouts agree, but what each
+The ZeRO stages shard the states in this order: stage 1 the optimizer's (Adam's state and the master
+weights), stage 2 the gradients too, 16-bit and fp32, stage 3 (and FSDP) the weights too. Under
+stage 1 the fp32 gradient buffer stays whole, as DeepSpeed's `BF16_Optimizer` and Megatron-LM's
+distributed optimizer keep it. The totals of the layouts agree, but what each
 stage leaves whole, and so the per-device figures of ZeRO-1 and ZeRO-2, does not.
 
 Activations are an estimate, for a transformer with 16-bit activations and FlashAttention-style
@@ -55,11 +56,10 @@ LAYOUTS = {
 }
 PRECISIONS = tuple(LAYOUTS)
 # What each data-parallel strategy divides by the number of devices n (ZeRO stages; FSDP = stage 3).
-# The ZeRO paper counts fp32 master weights as optimizer state, so stage 1 shards them too, and
-# DeepSpeed keeps the fp32 gradients with the optimizer's partition.
+# The ZeRO paper counts fp32 master weights as optimizer state, so stage 1 shards them too.
 SHARDED = {
     "DDP": (),
-    "ZeRO-1": ("master weights", "optimizer", "fp32 gradients"),
+    "ZeRO-1": ("master weights", "optimizer"),
     "ZeRO-2": ("master weights", "optimizer", "fp32 gradients", "gradients"),
     "ZeRO-3/FSDP": ("master weights", "optimizer", "fp32 gradients", "gradients", "weights"),
 }
@@ -118,8 +118,9 @@ def tensor_pipeline_split(
 ) -> tuple[int, int] | None:
     """The fewest devices t x p that hold the model under t-way tensor and p-way pipeline parallelism,
     as (t, p): each device keeps states / (t p) and, on the first stage, activations / t. t runs over
-    powers of two up to `max_tensor_parallel`: the GPUs of one NVLink domain, since tensor parallelism
-    needs its links (8 on an HGX node, 72 on a GB200 NVL72 rack); of equal totals the smaller t wins.
+    powers of two up to `max_tensor_parallel`: at most the GPUs of one NVLink domain, since tensor
+    parallelism needs its links (8 on an HGX node; a GB200 NVL72 rack's domain holds 72); of equal
+    totals the smaller t wins.
     None if even the largest t leaves no room."""
     best = None
     t = 1

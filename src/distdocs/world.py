@@ -31,6 +31,7 @@ def _rank_loop(rank, world_size, store_path, timeout_s, tasks, results) -> None:
     """One rank of a World: join the group, then run tasks until told to stop."""
     import torch
     import torch.distributed as dist
+    import torch.distributed.nn  # noqa: F401  before init_process_group: imported later, its defaults pin the group
 
     # One compute thread per rank, as torchrun sets OMP_NUM_THREADS=1: ranks that each spawn a thread
     # per core fight over the cores with each other and with gloo's own threads.

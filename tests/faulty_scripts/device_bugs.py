@@ -2,6 +2,7 @@
 they were fixed, and the same code with the device handled, or the CPU meant and said. Never run; the
 device check reads it (tests/test_device_check.py names the lines it must flag)."""
 
+import datetime
 import time
 
 import torch
@@ -28,6 +29,23 @@ def gather_inline() -> list:
     return out
 
 
+def moved_to_a_dtype() -> None:
+    t = torch.zeros(1).to(torch.float64)  # BUG: a dtype, not a device
+    dist.all_reduce(t)  # flagged: cpu-tensor-in-collective
+
+
+def moved_without_keeping_the_copy(device: torch.device) -> None:
+    t = torch.zeros(1)
+    t.to(device)  # BUG: .to returns a copy, which is dropped
+    dist.all_reduce(t)  # flagged: cpu-tensor-in-collective
+
+
+def moved_and_kept(device: torch.device) -> None:
+    t = torch.zeros(1)
+    t = t.to(device)
+    dist.all_reduce(t)
+
+
 def on_a_gloo_side_group(group) -> None:
     flag = torch.zeros(1)  # on the CPU: this group is gloo's, beside the nccl one
     dist.all_reduce(flag, group=group)
@@ -46,6 +64,13 @@ def wrap_fixed(width: int, device: torch.device) -> DDP:
 def train(model: nn.Module, x: torch.Tensor) -> float:
     start = time.perf_counter()
     model(x).sum().backward()
+    return time.perf_counter() - start  # flagged: clock-without-synchronize
+
+
+def train_with_a_clock_named_now(model: nn.Module, x: torch.Tensor) -> float:
+    start = time.perf_counter()
+    model(x).sum().backward()
+    datetime.datetime.now()  # BUG: a method called now is not a synchronize
     return time.perf_counter() - start  # flagged: clock-without-synchronize
 
 

@@ -3,7 +3,8 @@ the launches in which a rank aborted at exit (`terminate called without an activ
 SIGABRT) and any other failure: a non-zero exit, a timeout, a process left running.
 
 An abort at exit is rare and depends on timing, so one launch proves nothing: the soak's evidence is
-its count. The default examples are the ones that aborted before their exit was fixed."""
+its count. The default examples are the ones that aborted before their exit was fixed, and one of
+each other kind that holds a process group."""
 
 from __future__ import annotations
 
@@ -39,9 +40,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--examples",
         default=",".join(EXAMPLES),
-        help="comma-separated PATH:RANKS[:FLAGS] (default: the examples that aborted at exit before the fix, and more)",
+        help="comma-separated PATH:RANKS[:FLAGS] (default: 8 examples that hold a process group)",
     )
-    parser.add_argument("--launches", type=int, default=170, help="launches of each example (default: 170)")
+    parser.add_argument("--launches", type=int, default=125, help="launches of each example (default: 125)")
 
 
 def parse_examples(text: str) -> list[tuple[str, int, str]]:
