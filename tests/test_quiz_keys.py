@@ -5,14 +5,14 @@ on the site is in one list or the other, so a new one must be placed."""
 
 from __future__ import annotations
 
-import math
 import re
 from fractions import Fraction
 
 import pytest
 import torch
 
-from distdocs.costmodel import Step, Workload, step_time
+from distdocs.checkpoint import checkpoint_interval_s
+from distdocs.costmodel import Network, Workload, allreduce_terms, simulate, step_time
 from distdocs.memory import bytes_per_parameter
 from distdocs.pipeline import bubble_fraction
 from distdocs.simulate import ring_allreduce
@@ -76,24 +76,32 @@ def local_sgd_key() -> str:
     return "all_reduce calls, k-fold; each averaging moves as many bytes as one gradient sync"
 
 
+def unhidden(sync_s: float, world_size: int) -> tuple[Workload, Network]:
+    """A workload of 10 ms of compute a step, and a network whose allreduce of its gradients takes
+    `sync_s` at `world_size` ranks, none of it hidden behind backward (α = 0)."""
+    work = Workload(params=1e6, compute_per_sample=1e-3, micro_batch=10, overlap=False)
+    factor = allreduce_terms(world_size)[1]
+    return work, Network(alpha=0.0, beta=sync_s / (factor * work.gradient_bytes), name="test")
+
+
 def scaling_key() -> str:
     # 10 ms of compute, and on two ranks 10 ms of sync that backward does not hide
-    one, two = Step(1, 0.010, 0.0, 0.0, 1 / 0.010), Step(2, 0.010, 0.010, 0.010, 2 / 0.020)
-    speedup = two.samples_per_s / one.samples_per_s
-    assert speedup == pytest.approx(1.0) and two.step == pytest.approx(2 * one.step)
+    work, network = unhidden(0.010, 2)
+    one, two = simulate(work, [1, 2], network)
+    assert two.speedup == pytest.approx(1.0) and two.step == pytest.approx(2 * one.step)
     return "1×"
 
 
 def in_production_key() -> str:
-    # 4x on 8 GPUs with a fixed batch per GPU: 8 c / (c + e) = 4, so a step is c + e = 2c
-    compute = 1.0
-    exposed = 8 * compute / 4 - compute
-    assert Step(8, compute, exposed, exposed, 8 / (compute + exposed)).step == 2 * compute
+    # 4x on 8 GPUs with a fixed batch per GPU is efficiency 1/2: the unhidden sync equals the compute
+    work, network = unhidden(0.010, 8)
+    one, eight = simulate(work, [1, 8], network)
+    assert eight.speedup == pytest.approx(4.0) and eight.step == pytest.approx(2 * one.step)
     return "twice as long"
 
 
 def accumulation_sync_key() -> str:
-    net = type("Net", (), {"alpha": 1e-4, "beta": 1e-9})()
+    net = Network(alpha=1e-4, beta=1e-9, name="test")
     steps = [step_time(Workload(1e6, 1e-4, 8, k, overlap=False), 2, net) for k in (1, 4)]
     per_sample = [s.exposed_sync / (8 * k) for s, k in zip(steps, (1, 4))]
     assert per_sample[0] == pytest.approx(4 * per_sample[1])
@@ -101,8 +109,8 @@ def accumulation_sync_key() -> str:
 
 
 def checkpoint_interval_key() -> str:
-    young = lambda write_s, mtbf_s: math.sqrt(2 * write_s * mtbf_s)  # noqa: E731  as the page computes it
-    assert young(60, 86400 / 4) == pytest.approx(young(60, 86400) / 2)
+    a_day = 24 * 3600
+    assert checkpoint_interval_s(60, a_day / 4) == pytest.approx(checkpoint_interval_s(60, a_day) / 2)
     return "Halve"
 
 
