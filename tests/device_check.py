@@ -137,9 +137,15 @@ def check_source(source: str, path: str = "<source>") -> list[Finding]:
         scope = _Scope(scope_node)
         assigned = scope.assignments()
 
-        def last_assignment(name: str, before: int) -> ast.Assign | None:
-            earlier = [a for a in assigned.get(name, []) if a.lineno < before]
-            return earlier[-1] if earlier else None
+        def origin(expr: ast.expr, at: int, in_place: bool) -> ast.AST | None:
+            """What built `expr`: itself, or for a name its last assignment before line `at`; None when
+            that is unknown or the name was moved to a device in between."""
+            if not isinstance(expr, ast.Name):
+                return expr
+            earlier = [a for a in assigned.get(expr.id, []) if a.lineno < at]
+            if not earlier or _moved_later(scope, expr.id, earlier[-1].lineno, at, in_place):
+                return None
+            return earlier[-1].value
 
         for call in (n for n in scope.nodes if isinstance(n, ast.Call)):
             called = _name(call.func)
@@ -149,33 +155,15 @@ def check_source(source: str, path: str = "<source>") -> list[Finding]:
                     if isinstance(arg, ast.ListComp):
                         elements = [arg.elt]
                     for el in elements:
-                        origin = el
-                        if isinstance(el, ast.Name):
-                            assignment = last_assignment(el.id, call.lineno)
-                            if assignment is None or _moved_later(scope, el.id, assignment.lineno, call.lineno, False):
-                                continue
-                            origin = assignment.value
-                        if _builds_on_cpu(origin) and not says_cpu(call.lineno, origin.lineno):
-                            findings.append(
-                                Finding(
-                                    path,
-                                    call.lineno,
-                                    "cpu-tensor-in-collective",
-                                    f"{ast.unparse(el)} reaches {called} without a device",
-                                )  # fmt: skip
-                            )
+                        built = origin(el, call.lineno, in_place=False)
+                        if built is not None and _builds_on_cpu(built) and not says_cpu(call.lineno, built.lineno):
+                            what = f"{ast.unparse(el)} reaches {called} without a device"
+                            findings.append(Finding(path, call.lineno, "cpu-tensor-in-collective", what))
             if called in {"DDP", "DistributedDataParallel"} and call.args:
-                arg = call.args[0]
-                origin = arg
-                if isinstance(arg, ast.Name):
-                    assignment = last_assignment(arg.id, call.lineno)
-                    if assignment is None or _moved_later(scope, arg.id, assignment.lineno, call.lineno, True):
-                        continue
-                    origin = assignment.value
-                if _builds_unmoved_module(origin) and not says_cpu(call.lineno, origin.lineno):
-                    findings.append(
-                        Finding(path, call.lineno, "unmoved-model-in-ddp", f"DDP({ast.unparse(arg)}) was never moved")
-                    )
+                built = origin(call.args[0], call.lineno, in_place=True)
+                if built is not None and _builds_unmoved_module(built) and not says_cpu(call.lineno, built.lineno):
+                    what = f"DDP({ast.unparse(call.args[0])}) was never moved"
+                    findings.append(Finding(path, call.lineno, "unmoved-model-in-ddp", what))
     findings += _unsynchronized_clocks(tree, path, says_cpu)
     return sorted(set(findings), key=lambda f: f.line)
 
