@@ -209,13 +209,14 @@ def resolve_include(target: str) -> tuple[Path | None, str | None]:
 
 
 def example_command(script: Path) -> str:
-    """The launch command in an example's docstring: its first line that starts with `torchrun`,
-    after any environment variables it sets."""
+    """The launch command in an example's docstring: its first line that starts with `torchrun`, after
+    any environment variables it sets, or with `python ` for a script that runs as one process (the
+    one-process starting point that the convert page makes distributed)."""
     import ast
 
     doc = ast.get_docstring(ast.parse(script.read_text())) or ""
     for line in doc.splitlines():
-        if ENV_PREFIX.sub("", line.strip()).startswith("torchrun "):
+        if ENV_PREFIX.sub("", line.strip()).startswith(("torchrun ", "python ")):
             return line.strip()
     raise AssertionError(f"{script.relative_to(REPO)}: its docstring gives no `torchrun ...` launch command")
 

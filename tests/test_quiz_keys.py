@@ -181,6 +181,8 @@ JUDGEMENT = [
     ("practice/best-practices.md", "Before adding a second GPU"),
     ("practice/best-practices.md", "When is a checkpoint a backup"),
     ("practice/common-mistakes.md", "A model takes a fraction of a millisecond"),
+    ("practice/convert-your-script.md", "A DDP script saves"),
+    ("practice/convert-your-script.md", "Two processes each take"),
     ("practice/in-production.md", "Why does one rank decide"),
     ("practice/learning-rate.md", "A run trained well with batch 32"),
     ("practice/learning-rate.md", "Why did the run with the whole dataset"),
