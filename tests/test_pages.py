@@ -101,3 +101,17 @@ def test_each_route_lists_its_pages_times_and_their_sum():
             {f"{hours} hours {rest} minutes", f"{hours} hour {rest} minutes"} if hours else set()
         )
         assert said in expected, f"{name}: says {said!r}, its pages add up to {total} minutes"
+
+
+def prose_words(path) -> int:
+    """Words outside code fences and quizzes."""
+    text = path.read_text()
+    for fence in parse_fences(path):
+        text = text.replace(fence.body, "")
+    return len(re.findall(r"[A-Za-z0-9]+", re.sub(r"<quiz>.*?</quiz>", "", text, flags=re.S)))
+
+
+def test_the_first_lesson_page_stays_lean():
+    """The first real page teaches the idea, the by-hand step, DDP and the setup; its internals live on
+    their own page. 1,500 words of prose at most."""
+    assert prose_words(DOCS / "lesson/data-parallelism.md") <= 1500

@@ -131,7 +131,8 @@ COMPUTED = {
     ("quiz.md", "In a ring all_reduce of S bytes"): ring_key,
     ("lesson/data-parallelism.md", "DDP on 2 ranks"): lambda: (
         "bitwise equal to one process that averages"
-        if "averages the 2 shards' gradients: True" in output("lesson/data-parallelism.md", "step02_ddp.py")
+        if "averages the 2 shards' gradients: True"
+        in output("lesson/data-parallelism.md", "--nproc_per_node=2 examples/data_parallel/step02_ddp.py")
         else None
     ),
     ("lesson/model-parallelism.md", "Two ranks each hold half"): lambda: (
@@ -169,6 +170,8 @@ JUDGEMENT = [
     ("lesson/choosing-a-strategy.md", "A model's states do not fit"),
     ("lesson/collectives.md", "Which collective leaves every rank"),
     ("lesson/data-parallelism.md", "Every example's setup picks the GPU"),
+    ("lesson/ddp-internals.md", "Why does BucketedDDP launch"),
+    ("lesson/ddp-internals.md", "What does `gradient_as_bucket_view=True` save"),
     ("lesson/index.md", "Data parallelism, model parallelism"),
     ("lesson/index.md", "In the data-parallel loop"),
     ("lesson/launchers.md", "`torchrun --standalone"),
