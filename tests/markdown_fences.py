@@ -31,7 +31,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 DOCS = REPO / "docs"
 EXAMPLES = REPO / "examples"
-SNIPPET_BASES = (EXAMPLES, REPO / "src", REPO / "benchmarks", REPO / "tests")  # as base_path in mkdocs.yml
+SNIPPET_BASES = (EXAMPLES, REPO / "src", REPO / "benchmarks", REPO / "tests", REPO / "includes")  # as in mkdocs.yml
 
 SHELL_LANGS = {"bash", "sh", "shell", "console"}
 COMMAND_PREFIXES = ("torchrun ", "python ", "python3 ", "distdocs")

@@ -115,3 +115,15 @@ def test_the_first_lesson_page_stays_lean():
     """The first real page teaches the idea, the by-hand step, DDP and the setup; its internals live on
     their own page. 1,500 words of prose at most."""
     assert prose_words(DOCS / "lesson/data-parallelism.md") <= 1500
+
+
+PLURALS = {"ranks": "rank", "buckets": "bucket", "shards": "shard", "collectives": "collective",
+           "placements": "placement", "micro-batches": "micro-batch"}  # fmt: skip
+
+
+def test_every_glossary_term_has_a_hover_definition_and_the_hovers_name_only_glossary_terms():
+    terms = {t.lower() for t in re.findall(r"^\*\*([^*\n]+)\*\*$", (DOCS / "glossary.md").read_text(), re.M)}
+    hovers = re.findall(r"^\*\[([^\]]+)\]: .+$", (REPO / "includes/abbreviations.md").read_text(), re.M)
+    defined = {PLURALS.get(h, h).lower() for h in hovers}
+    assert defined <= terms, f"hovers for words the glossary does not define: {defined - terms}"
+    assert terms - defined == {"all_reduce"}, f"glossary terms without a hover: {terms - defined - {'all_reduce'}}"

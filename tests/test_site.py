@@ -226,20 +226,23 @@ def _random_cases(count: int) -> list:
 PAGE_BUDGET, NOTEBOOK_BUDGET = 1_000_000, 1_500_000  # bytes a reader's browser transfers for one page
 
 
-def test_every_page_weighs_at_most_1_mb_in_chromium(served_site, site_dir):
+def test_every_page_weighs_at_most_1_mb_and_logs_no_error_in_chromium(served_site, site_dir):
     """What a reader with an empty cache transfers for each page: the files Chromium fetches for it
     (the HTML, the theme's CSS and JS, the search index, images), each counted at its gzip size, as
-    GitHub Pages serves them. Notebook pages carry Jupyter's CSS and their plots, and get 1.5 MB."""
+    GitHub Pages serves them. Notebook pages carry Jupyter's CSS and their plots, and get 1.5 MB. The
+    same load fails on any console error or uncaught script error, the print page's included."""
     import gzip
 
     pages = sorted(p.relative_to(site_dir).parent.as_posix() for p in site_dir.rglob("index.html"))
-    heavy, heaviest = [], (0, "")
+    heavy, heaviest, errors = [], (0, ""), []
     with chromium() as browser:
         for path in pages:
             context = browser.new_context()  # an empty cache for each page
             page = context.new_page()
             fetched: list[str] = []
             page.on("requestfinished", lambda r, fetched=fetched: fetched.append(r.url))
+            page.on("console", lambda m, path=path: errors.append(f"{path}: {m.text}") if m.type == "error" else None)
+            page.on("pageerror", lambda e, path=path: errors.append(f"{path}: {e}"))
             page.goto(served_site + ("" if path == "." else path + "/"), wait_until="networkidle")
             context.close()
             total = 0
@@ -255,6 +258,7 @@ def test_every_page_weighs_at_most_1_mb_in_chromium(served_site, site_dir):
             if total > budget:
                 heavy.append(f"{path}: {total} bytes, over {budget}")
     assert not heavy, heavy
+    assert not errors, errors
     assert heaviest[0] > 50_000, heaviest  # the count saw the theme and the search index, not only HTML
 
 

@@ -68,7 +68,8 @@
     const root = document.getElementById("explorer-app");
     if (!root) return;
     const presets = JSON.parse(document.getElementById("explorer-presets").textContent);
-    const field = (id) => root.querySelector("#explorer-" + id);
+    // By the end of the id: the print page prefixes the ids that links point at with the page's name.
+    const field = (id) => root.querySelector('[id$="explorer-' + id + '"]');
     const presetSelect = field("network");
     for (const [key, p] of Object.entries(presets)) {
       const option = document.createElement("option");
