@@ -73,6 +73,7 @@ bench: $(STAMP)
 	$(BIN)/distdocs bench recovery --repeat 5 --save benchmarks/recovery-cpu
 	PATH=$(BIN):$$PATH torchrun --standalone --nproc_per_node=2 examples/debugging/step01_slower_with_more_ranks.py 2>/dev/null > benchmarks/debugging-slower-cpu.txt
 	PATH=$(BIN):$$PATH torchrun --standalone --nproc_per_node=2 examples/debugging/step03_straggler.py 2>/dev/null > benchmarks/debugging-straggler-cpu.txt
+	PATH=$(BIN):$$PATH torchrun --standalone --nproc_per_node=2 examples/debugging/step06_data_loading.py 2>/dev/null > benchmarks/debugging-data-loading-cpu.txt
 	( echo "# $$(uname -m), $$(nproc) cores, torch $$($(BIN)/python -c 'import torch; print(torch.__version__)'), $$(date +%F)"; \
 	  PATH=$(BIN):$$PATH TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 torchrun --standalone --nproc_per_node=2 --max-restarts=1 \
 	    examples/fault_tolerance/step01_resume_after_kill.py --kill-rank 1 --kill-at-step 13 --ckpt-dir $$(mktemp -d) 2>/dev/null ) \

@@ -133,3 +133,13 @@ def test_saved_slower_run_supports_what_the_page_says():
         r[0]: float(r[4].rstrip("%")) for r in saved_rows("debugging-slower-cpu.txt") if r[0] in ("mistake", "fix")
     }
     assert share["mistake"] > 50 > share["fix"]
+
+
+def test_saved_data_loading_run_supports_what_the_page_says():
+    """ "A batch takes one worker about three times the step ... with two workers, a few ms a step
+    instead of most of it"."""
+    rows = {
+        int(r[0]): (float(r[1]), float(r[2])) for r in saved_rows("debugging-data-loading-cpu.txt") if r[0].isdigit()
+    }
+    (wait0, step0), (wait2, _) = rows[0], rows[2]
+    assert wait0 > 2.5 * step0 and wait2 < wait0 / 3
