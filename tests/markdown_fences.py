@@ -14,6 +14,11 @@ Kinds, decided from the fence alone:
 - excerpt: a `text` fence titled "Excerpt" after a command fence: lines that the command prints
   among others (an error and its traceback, say). Each must appear in its output, numbers aside.
 
+- node command: a command fence with `node="ADDRESS"` in its info string, one of the commands that
+  two machines would run. test_multi_node.py runs each page's node commands together, each in a
+  network namespace that has that address on an interface named `eth0`, exactly as written but for
+  the `ip netns exec` in front.
+
 A command that is meant to fail, as the debugging guide's broken examples do, says so in its info
 string: `{.bash exit="1"}` is the exit code it must end with, and `within="30"` the seconds it must
 end within. Any command may also say `busy_port="29500"`: a port the test holds open on 127.0.0.1
@@ -175,7 +180,7 @@ def classify(path: Path) -> list[Fence]:
         elif fence.line in inline:
             fence.kind = "inline"
         elif is_command(fence):
-            fence.kind = "command"
+            fence.kind = "node command" if "node" in fence.attrs else "command"
         elif (
             fence.lang == "text"
             and fence.attrs.get("title") in ("Output", "Excerpt")

@@ -1,9 +1,10 @@
-"""docs/recovery/multi-node.md: two launchers train to the same weights as one, a lost node's
-replacement resumes from the checkpoint, in two network namespaces as on loopback, and the cluster
-recipes at least parse.
+"""docs/recovery/multi-node.md and docs/practice/launch-on-several-nodes.md: two launchers train to
+the same weights as one, a lost node's replacement resumes from the checkpoint, in two network
+namespaces as on loopback; the launch page's node commands run as written, each in the namespace
+that has its address; and the cluster recipes at least parse.
 
-The page's commands and outputs are run by test_docs.py (two launchers on loopback). The network
-namespaces need root; without it those tests skip, saying so."""
+The pages' loopback commands and outputs are run by test_docs.py. The network namespaces need root;
+without it those tests skip, saying so."""
 
 from __future__ import annotations
 
@@ -17,11 +18,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from commands import _kill_session, command_env
+from commands import _kill_session, command_env, lay_out_as_copied
 from markdown_fences import EXAMPLES, REPO, classify
 
 SCRIPT = "examples/fault_tolerance/step01_resume_after_kill.py"
 PAGE = REPO / "docs/recovery/multi-node.md"
+LAUNCH_PAGE = REPO / "docs/practice/launch-on-several-nodes.md"
 UNINTERRUPTED = f"torchrun --standalone --nproc_per_node=2 {SCRIPT}"  # test_fault_tolerance's, shared
 NAMESPACES = {"a": "10.77.0.1", "b": "10.77.0.2"}
 
@@ -90,9 +92,10 @@ def namespaces():
         for name in names.values():
             sh("ip", "netns", "add", name)
         sh("ip", "link", "add", "veth-a", "netns", names["a"], "type", "veth", "peer", "veth-b", "netns", names["b"])
-        for k, name in names.items():
-            sh("ip", "-n", name, "addr", "add", f"{NAMESPACES[k]}/24", "dev", f"veth-{k}")
-            sh("ip", "-n", name, "link", "set", f"veth-{k}", "up")
+        for k, name in names.items():  # each end is eth0 inside its namespace, as on two machines
+            sh("ip", "-n", name, "link", "set", f"veth-{k}", "name", "eth0")
+            sh("ip", "-n", name, "addr", "add", f"{NAMESPACES[k]}/24", "dev", "eth0")
+            sh("ip", "-n", name, "link", "set", "eth0", "up")
             sh("ip", "-n", name, "link", "set", "lo", "up")
     except subprocess.CalledProcessError as e:
         for name in names.values():
@@ -104,7 +107,7 @@ def namespaces():
 
 
 def launcher(names: dict, node: str, run_id: str, ckpt: Path, extra: list[str], log: Path) -> subprocess.Popen:
-    env = command_env(gpu=False) | {"GLOO_SOCKET_IFNAME": f"veth-{node}", "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+    env = command_env(gpu=False) | {"GLOO_SOCKET_IFNAME": "eth0", "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
     torchrun = str(Path(sys.executable).parent / "torchrun")
     command = [
         "ip", "netns", "exec", names[node], torchrun, "--nnodes=2", "--nproc_per_node=1",
@@ -149,3 +152,34 @@ def test_a_lost_namespace_node_is_replaced_and_the_job_resumes(namespaces, comma
     assert first_b != [0] and codes == [0, 0], text[-3000:]
     assert "[rank 1] SIGKILL at step 13" in text and "attempt 1: resumed from step 12" in text, text[-3000:]
     assert last_line(command_runs.run_ok(UNINTERRUPTED).stdout) in text, text[-3000:]
+
+
+def test_the_launch_pages_node_commands_run_as_written_in_two_namespaces(
+    namespaces, command_runs, tmp_path, record_property
+):
+    """Each node command runs in the namespace that has its address, all at once, as two machines would;
+    the first node prints what the page's loopback run prints."""
+    fences = [f for f in classify(LAUNCH_PAGE) if f.kind == "node command"]
+    by_address = {address: name for name, address in zip(namespaces.values(), NAMESPACES.values())}
+    assert sorted(f.attrs["node"] for f in fences) == sorted(by_address), [f.where for f in fences]
+    loopback = next(f.command for f in classify(LAUNCH_PAGE) if f.kind == "command")
+    procs, logs = [], []
+    for i, fence in enumerate(fences):
+        folder = tmp_path / f"node{i}"  # each machine has its own copy of the script, and its own disk
+        folder.mkdir()
+        env = command_env(gpu=False) | lay_out_as_copied(fence.command, folder)
+        logs.append(tmp_path / f"node{i}.log")
+        with logs[-1].open("w") as sink:
+            command = ["ip", "netns", "exec", by_address[fence.attrs["node"]], "bash", "-c", fence.command]
+            procs.append(
+                subprocess.Popen(
+                    command, cwd=folder, env=env, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True
+                )
+            )
+    codes = finish(procs)
+    texts = [log.read_text() for log in logs]
+    assert codes == [0] * len(procs), "\n".join(t[-2000:] for t in texts)
+    expected = command_runs.run_ok(loopback).stdout.strip()
+    assert expected and expected in texts[0], texts[0][-2000:]
+    for _ in fences:
+        record_property("executed", "shell commands")

@@ -187,6 +187,9 @@ JUDGEMENT = [
     ("practice/convert-your-script.md", "A DDP script saves"),
     ("practice/convert-your-script.md", "Two processes each take"),
     ("practice/in-production.md", "Why does one rank decide"),
+    ("practice/launch-on-several-nodes.md", "Both nodes start"),
+    ("practice/launch-on-several-nodes.md", "On two real machines"),
+    ("practice/launch-on-several-nodes.md", "Which setting makes gloo"),
     ("practice/learning-rate.md", "A run trained well with batch 32"),
     ("practice/learning-rate.md", "Why did the run with the whole dataset"),
     ("practice/mixed-precision.md", "Why do the weights stay in float32"),
@@ -205,7 +208,7 @@ JUDGEMENT = [
     ("recovery/debugging.md", "Each rank times its computation"),
     ("recovery/debugging.md", "A job hangs because one rank"),
     ("recovery/multi-node.md", "A job runs on two nodes"),
-    ("recovery/multi-node.md", "On two real machines"),
+    ("recovery/multi-node.md", "Which node of a multi-node job"),
 ]
 
 
