@@ -127,3 +127,54 @@ def test_every_glossary_term_has_a_hover_definition_and_the_hovers_name_only_glo
     defined = {PLURALS.get(h, h).lower() for h in hovers}
     assert defined <= terms, f"hovers for words the glossary does not define: {defined - terms}"
     assert terms - defined == {"all_reduce"}, f"glossary terms without a hover: {terms - defined - {'all_reduce'}}"
+
+
+# --- one pattern for how a page is checked ---
+
+CHECK_TITLE = re.compile(r'^(?P<indent>\s*)(?P<marker>\?\?\?\+?|!!!) (?P<kind>\w+) "(?P<title>How this[^"]*)"', re.M)
+CHECK_TITLES = ("How this was measured", "How this is checked")
+# What the site says about its own verification: fine inside the collapsed block, not in the lesson.
+SELF_TALK = re.compile(r"make bench|the tests\b|a test (checks|runs)|tests/|test suite|earlier version", re.I)
+TEACHING_PAGES = [p for d in ("lesson", "practice", "recovery", "lab") for p in sorted((DOCS / d).glob("*.md"))]
+
+
+def visible_prose(path) -> str:
+    """The page without its fences, collapsed blocks, quizzes and HTML comments: what a reader sees."""
+    text = path.read_text()
+    for fence in parse_fences(path):
+        text = text.replace(fence.body, "")
+    text = re.sub(r"<quiz>.*?</quiz>|<!--.*?-->|<details.*?</details>", "", text, flags=re.S)
+    return re.sub(r"^([ \t]*)\?\?\?.*\n(?:\1    .*\n|[ \t]*\n)*", "", text, flags=re.M)
+
+
+def test_checking_notes_share_one_collapsed_pattern_at_the_end_of_their_section():
+    problems = []
+    for page in sorted(DOCS.rglob("*.md")):
+        lines = page.read_text().splitlines()
+        per_section: dict[str, int] = {}
+        section = ""
+        for i, line in enumerate(lines):
+            if re.match(r"#{2,3} ", line):  # a section, or a subsection
+                section = line
+            m = CHECK_TITLE.match(line)
+            if not m:
+                continue
+            where = f"{page.relative_to(DOCS)}:{i + 1}"
+            if m["marker"] != "???" or m["kind"] != "note" or m["title"] not in CHECK_TITLES:
+                problems.append(f'{where}: use ??? note "{CHECK_TITLES[0]}" or "{CHECK_TITLES[1]}"')
+            per_section[section] = per_section.get(section, 0) + 1
+            if per_section[section] > 1:
+                problems.append(f"{where}: a second checking note under {section!r}")
+            rest = [ln for ln in lines[i + 1 :] if ln.strip() and not ln.startswith(m["indent"] + " ")]
+            if rest and not rest[0].startswith("#"):
+                problems.append(f"{where}: not at the end of its section (next: {rest[0][:40]!r})")
+    assert not problems, problems
+
+
+def test_teaching_pages_keep_their_own_checking_inside_the_collapsed_note():
+    talk = {
+        str(page.relative_to(DOCS)): [m.string[max(0, m.start() - 40) : m.end() + 20] for m in found]
+        for page in TEACHING_PAGES
+        if (found := list(SELF_TALK.finditer(visible_prose(page))))
+    }
+    assert not talk, f"the site talking about its own tests outside a collapsed note: {talk}"

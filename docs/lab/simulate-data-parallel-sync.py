@@ -320,7 +320,7 @@ print("step 3 self-check passed")
 # ### How good is the model? A saved comparison
 #
 # `distdocs bench prediction` does the same comparison more carefully, with and without
-# accumulation, and `make bench` saved its run from the machine that built this site. The model's
+# accumulation; the saved run below names its machine in its first line. The model's
 # inputs come from other runs than the one predicted: the computation per sample and DDP's own work
 # per sync from the 1-rank run, α and β from an allreduce sweep. The last two columns split any
 # miss into its two terms: the computation at n ranks against at 1, and the sync that DDP paid
