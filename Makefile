@@ -57,7 +57,7 @@ gpu-check: $(STAMP)
 # Re-measure the data that the pages quote; the machine is recorded with the numbers.
 bench: $(STAMP)
 	$(BIN)/distdocs bench allreduce --world-sizes 2,4 --sizes 256K,4M,64M --iters 10 --repeat 5 --save benchmarks/allreduce-cpu --figure docs/assets/allreduce-cpu.svg
-	$(BIN)/distdocs bench pipeline --microbatches 1,2,4,8 --width 1024 --batch 256 --steps 5 --save benchmarks/pipeline-cpu
+	$(BIN)/distdocs bench pipeline --microbatches 1,2,4,8 --width 1024 --batch 256 --steps 5 --save benchmarks/pipeline-cpu --figure docs/assets/pipeline-cpu.svg
 	$(BIN)/distdocs bench ddp --batch 256 --width 1024 --steps 10 --save benchmarks/ddp-cpu
 	$(BIN)/distdocs bench buckets --caps 1,5,25,100 --steps 28 --save benchmarks/ddp-buckets-cpu
 	$(BIN)/distdocs bench precision --width 1024 --depth 4 --batch 256 --steps 10 --save benchmarks/precision-cpu
@@ -67,6 +67,7 @@ bench: $(STAMP)
 	$(BIN)/python -m distdocs.figures loss-curves benchmarks/lr-scaling-cpu.json docs/assets/lr-scaling-cpu.svg
 	PATH=$(BIN):$$PATH torchrun --standalone --nproc_per_node=2 examples/sync_strategies/step01_local_sgd.py --save benchmarks/local-sgd-cpu.json
 	$(BIN)/python -m distdocs.figures loss-curves benchmarks/local-sgd-cpu.json docs/assets/local-sgd-cpu.svg
+	$(BIN)/python -m distdocs.figures tensor-parallel examples/tensor_parallel/step01_by_hand.py docs/assets/tensor-parallel.svg
 	PATH=$(BIN):$$PATH torchrun --standalone --nproc_per_node=2 examples/profiling/step01_profile_ddp.py --out $$(mktemp -d) --table benchmarks/profile-ddp-cpu.txt
 	PATH=$(BIN):$$PATH torchrun --standalone --nproc_per_node=2 examples/common_mistakes/step01_small_model_scaled_out.py 2>/dev/null > benchmarks/common-mistakes-small-model-cpu.txt
 	PATH=$(BIN):$$PATH torchrun --standalone --nproc_per_node=2 examples/common_mistakes/step02_workers_instead_of_accumulation.py 2>/dev/null > benchmarks/common-mistakes-accumulation-cpu.txt

@@ -101,6 +101,29 @@ def test_pipeline_bench_reports_theory_and_measured_idle_per_stage():
     assert [r["microbatches"] for r in records] == [1, 2]
     assert [r["bubble_theory"] for r in records] == [0.5, pytest.approx(1 / 3)]
     assert all(len(r["idle_measured"]) == 2 and all(0 <= x < 1 for x in r["idle_measured"]) for r in records)
+    for r in records:
+        assert_schedule_is_gpipes(r)
+
+
+def assert_schedule_is_gpipes(record: dict) -> None:
+    """The saved spans are one GPipe step on one clock: 2m stretches per stage, in order, and stage 1
+    computes micro-batch i's forward only after stage 0 has finished it, and stage 0 its backward only
+    after stage 1 has."""
+    m, (first, last) = record["microbatches"], record["spans"]["busy"]
+    assert len(first) == len(last) == 2 * m
+    for busy in (first, last):
+        assert all(a <= b <= c for (a, b), (c, _) in zip(busy, busy[1:]))
+        assert busy[-1][1] <= record["spans"]["step_s"]
+    for i in range(m):
+        assert last[i][0] >= first[i][1]  # forward i: stage 0, then stage 1
+        assert first[2 * m - 1 - i][0] >= last[2 * m - 1 - i][1]  # backward i: stage 1, then stage 0
+
+
+def test_saved_pipeline_schedule_is_drawn_from_its_data():
+    data = saved("pipeline-cpu")
+    for r in data["records"]:
+        assert_schedule_is_gpipes(r)
+    assert (REPO / "docs/assets/pipeline-cpu.svg").read_text() == pipeline.plot(data["records"], data["machine"])
 
 
 def test_saved_pipeline_supports_what_the_pipeline_page_says():

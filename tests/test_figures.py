@@ -51,3 +51,11 @@ def test_saved_local_sgd_curves_support_what_the_sync_page_says():
     at_epoch_3 = [c[2] for c in curves]
     assert at_epoch_3 == sorted(at_epoch_3) and at_epoch_3[-1] >= 1.2 * sync[2]
     assert all(c[-1] <= 1.2 * sync[-1] for c in curves)  # "all end close to DDP ... within 20%"
+
+
+def test_tensor_parallel_drawing_is_drawn_at_the_examples_sizes():
+    example = REPO / "examples/tensor_parallel/step01_by_hand.py"
+    svg = (REPO / "docs/assets/tensor-parallel.svg").read_text()
+    assert svg == figures.tensor_parallel_example(example.read_text())
+    assert svg == figures.tensor_parallel(64, 256, 8, 2)  # the sizes it read: D_MODEL, D_HIDDEN, batch, ranks
+    assert "64×256" in svg or "64×256" in svg

@@ -2,12 +2,14 @@
 fixed salt, so that the same data always draws the same file and a test can redraw it.
 
     python -m distdocs.figures loss-curves benchmarks/lr-scaling-cpu.json docs/assets/lr-scaling-cpu.svg
+    python -m distdocs.figures tensor-parallel examples/tensor_parallel/step01_by_hand.py docs/assets/tensor-parallel.svg
 """
 
 from __future__ import annotations
 
 import io
 import json
+import re
 import sys
 
 
@@ -84,16 +86,96 @@ def speedup_curves(curves: dict[str, list], title: str, measured: dict[str, list
     return to_svg(fig)
 
 
-FIGURES = {"loss-curves": loss_curves}
+RANK_COLOURS = ["#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3", "#8c8c8c"]
+
+
+def tensor_parallel(d_model: int, d_hidden: int, batch: int, world: int) -> str:
+    """The Megatron MLP block z = gelu(x A) B on `world` ranks, drawn to scale: A split by columns and B
+    by the matching rows, with the slices the tensor-parallel example takes
+    (`slice(r * d_hidden // n, (r + 1) * d_hidden // n)`), each rank's part in its own colour."""
+    from matplotlib.patches import Rectangle
+
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(8.4, 3.6))
+    cols = [(r * d_hidden // world, (r + 1) * d_hidden // world) for r in range(world)]
+    gap, x0, top = d_model / 2, 0.0, 0.0
+
+    def matrix(rows: int, width: int, parts: list[tuple[str, float, float, float, float]], label: str) -> None:
+        """A rows x width matrix at x0, hanging from the top line; parts are (colour, x, y, w, h)."""
+        nonlocal x0
+        ax.add_patch(Rectangle((x0, top - rows), width, rows, fill=False, linewidth=1.2))
+        for colour, px, py, pw, ph in parts:
+            ax.add_patch(Rectangle((x0 + px, top - py - ph), pw, ph, color=colour, alpha=0.85))
+        ax.text(x0 + width / 2, top - rows - d_model / 6, label, ha="center", va="top", fontsize=8)
+        x0 += width + gap
+
+    def sign(text: str) -> None:
+        nonlocal x0
+        ax.text(x0 - gap / 2, top - batch / 2, text, ha="center", va="center", fontsize=12)
+
+    grey = "#bbbbbb"
+    matrix(batch, d_model, [(grey, 0, 0, d_model, batch)], f"x: {batch}×{d_model}\non every rank")
+    sign("·")
+    matrix(d_model, d_hidden, [(RANK_COLOURS[r], a, 0, b - a, d_model) for r, (a, b) in enumerate(cols)],
+           f"A: {d_model}×{d_hidden}\ncolumns split")  # fmt: skip
+    sign("→")
+    matrix(batch, d_hidden, [(RANK_COLOURS[r], a, 0, b - a, batch) for r, (a, b) in enumerate(cols)],
+           "gelu(x A_i)\nno communication")  # fmt: skip
+    sign("·")
+    matrix(d_hidden, d_model, [(RANK_COLOURS[r], 0, a, d_model, b - a) for r, (a, b) in enumerate(cols)],
+           f"B: {d_hidden}×{d_model}\nrows split")  # fmt: skip
+    sign("→")
+    step = batch * 1.5
+    for r in range(world):
+        ax.add_patch(Rectangle((x0, top - r * step - batch), d_model, batch, color=RANK_COLOURS[r], alpha=0.85))
+    ax.text(x0 + d_model / 2, top - (world - 1) * step - batch - d_model / 6, "z_i: each rank's\npartial sum",
+            ha="center", va="top", fontsize=8)  # fmt: skip
+    x0 += d_model + gap
+    sign("→")
+    matrix(batch, d_model, [(grey, 0, 0, d_model, batch)], "z = Σ z_i\none all_reduce")
+    handles = [Rectangle((0, 0), 1, 1, color=RANK_COLOURS[r], alpha=0.85) for r in range(world)]
+    ax.legend(handles, [f"rank {r}" for r in range(world)], fontsize=8, loc="lower right", frameon=False)
+    ax.set_xlim(-gap, x0 + gap / 2)
+    ax.set_ylim(-max(d_hidden, d_model) - d_model, batch)
+    ax.set_aspect("equal")
+    ax.axis("off")
+    fig.tight_layout()
+    return to_svg(fig)
+
+
+def tensor_parallel_example(source: str) -> str:
+    """`tensor_parallel` at the sizes the tensor-parallel example's source sets: D_MODEL, D_HIDDEN,
+    NPROC_PER_NODE, and the batch of its input `x`."""
+
+    def number(pattern: str) -> int:
+        found = re.search(pattern, source, re.M)
+        if not found:
+            raise ValueError(f"the example sets no {pattern!r}")
+        return int(found.group(1))
+
+    return tensor_parallel(
+        number(r"^D_MODEL = (\d+)"),
+        number(r"^D_HIDDEN = (\d+)"),
+        number(r"^\s*x = torch\.randn\((\d+), D_MODEL"),
+        number(r"^NPROC_PER_NODE = (\d+)"),
+    )
+
+
+# name: (draw from the input file's text, what the input is)
+FIGURES = {
+    "loss-curves": (lambda text: loss_curves(json.loads(text)), "DATA.json"),
+    "tensor-parallel": (tensor_parallel_example, "EXAMPLE.py"),
+}
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 3 or argv[0] not in FIGURES:
-        print(f"usage: python -m distdocs.figures {{{','.join(FIGURES)}}} DATA.json OUT.svg", file=sys.stderr)
+        inputs = " | ".join(f"{name} {what}" for name, (_, what) in FIGURES.items())
+        print(f"usage: python -m distdocs.figures {{{inputs}}} OUT.svg", file=sys.stderr)
         return 2
     with open(argv[1]) as f:
-        svg = FIGURES[argv[0]](json.load(f))
+        svg = FIGURES[argv[0]][0](f.read())
     with open(argv[2], "w") as f:
         f.write(svg)
     return 0

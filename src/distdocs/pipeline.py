@@ -13,11 +13,13 @@ from distdocs.timing import wait_for_device
 
 
 class BusyTimer:
-    """Adds up the seconds spent computing (not waiting in send/recv). On a GPU it waits for the
-    device at both ends, so it times the work, not its queueing."""
+    """Adds up the seconds spent computing (not waiting in send/recv), and keeps each stretch's start
+    and end (`time.perf_counter()`, one clock for every process of a Linux machine). On a GPU it
+    waits for the device at both ends, so it times the work, not its queueing."""
 
     def __init__(self) -> None:
         self.busy_s = 0.0
+        self.spans: list[tuple[float, float]] = []
 
     def __enter__(self) -> BusyTimer:
         wait_for_device()
@@ -26,7 +28,9 @@ class BusyTimer:
 
     def __exit__(self, *exc) -> None:
         wait_for_device()
-        self.busy_s += time.perf_counter() - self._start
+        end = time.perf_counter()
+        self.busy_s += end - self._start
+        self.spans.append((self._start, end))
 
 
 def bubble_fraction(stages: int, microbatches: int) -> float:
