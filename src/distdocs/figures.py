@@ -2,7 +2,7 @@
 fixed salt, so that the same data always draws the same file and a test can redraw it.
 
     python -m distdocs.figures loss-curves benchmarks/lr-scaling-cpu.json docs/assets/lr-scaling-cpu.svg
-    python -m distdocs.figures tensor-parallel examples/tensor_parallel/step01_by_hand.py docs/assets/tensor-parallel.svg
+    python -m distdocs.figures tensor-parallel examples/tensor_parallel/step01_by_hand.py OUT.svg
 """
 
 from __future__ import annotations
