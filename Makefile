@@ -68,7 +68,9 @@ bench: $(STAMP)
 	PATH=$(BIN):$$PATH torchrun --standalone --nproc_per_node=2 examples/sync_strategies/step01_local_sgd.py --save benchmarks/local-sgd-cpu.json
 	$(BIN)/python -m distdocs.figures loss-curves benchmarks/local-sgd-cpu.json docs/assets/local-sgd-cpu.svg
 	$(BIN)/python -m distdocs.figures tensor-parallel examples/tensor_parallel/step01_by_hand.py docs/assets/tensor-parallel.svg
-	PATH=$(BIN):$$PATH torchrun --standalone --nproc_per_node=2 examples/profiling/step01_profile_ddp.py --out $$(mktemp -d) --table benchmarks/profile-ddp-cpu.txt
+	out=$$(mktemp -d) && PATH=$(BIN):$$PATH torchrun --standalone --nproc_per_node=2 examples/profiling/step01_profile_ddp.py --out $$out --table benchmarks/profile-ddp-cpu.txt \
+	  && cp $$out/trace_rank0.json benchmarks/profile-trace-cpu.json
+	$(BIN)/python -m distdocs.figures profile-trace benchmarks/profile-trace-cpu.json docs/assets/profile-trace-cpu.svg
 	PATH=$(BIN):$$PATH torchrun --standalone --nproc_per_node=2 examples/common_mistakes/step01_small_model_scaled_out.py 2>/dev/null > benchmarks/common-mistakes-small-model-cpu.txt
 	PATH=$(BIN):$$PATH torchrun --standalone --nproc_per_node=2 examples/common_mistakes/step02_workers_instead_of_accumulation.py 2>/dev/null > benchmarks/common-mistakes-accumulation-cpu.txt
 	$(BIN)/distdocs bench recovery --repeat 5 --save benchmarks/recovery-cpu

@@ -161,10 +161,91 @@ def tensor_parallel_example(source: str) -> str:
     )
 
 
+def trace_timeline(trace: dict) -> dict:
+    """From a Chrome trace that torch.profiler wrote: its steps, the stretches in which the main thread
+    ran operators (top-level ones, merged), the gaps between them, and the collectives on the
+    backend's threads; in ms from the first step's start."""
+    events = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
+    steps = sorted((e for e in events if e["name"].startswith("ProfilerStep")), key=lambda e: e["ts"])
+    if not steps:
+        raise ValueError("the trace holds no ProfilerStep: profile with a schedule and call prof.step()")
+    main, t0 = steps[0]["tid"], steps[0]["ts"]
+    busy: list[list[float]] = []
+    for e in sorted((e for e in events if e["tid"] == main and e.get("cat") == "cpu_op"), key=lambda e: e["ts"]):
+        start, end = (e["ts"] - t0) / 1e3, (e["ts"] + e["dur"] - t0) / 1e3
+        if busy and start <= busy[-1][1]:
+            busy[-1][1] = max(busy[-1][1], end)
+        else:
+            busy.append([start, end])
+    spans = [[(s["ts"] - t0) / 1e3, (s["ts"] + s["dur"] - t0) / 1e3] for s in steps]
+    gaps = []
+    for a, b in spans:
+        inside = [[max(x, a), min(y, b)] for x, y in busy if y > a and x < b]
+        edges = [a] + [v for x, y in inside for v in (x, y)] + [b]
+        gaps += [[x, y] for x, y in zip(edges[::2], edges[1::2]) if y > x]
+    comm = [
+        [(e["ts"] - t0) / 1e3, (e["ts"] + e["dur"] - t0) / 1e3]
+        for e in events
+        if e["name"].startswith(("gloo:", "nccl:")) and e["tid"] != main
+    ]
+    return {"steps": spans, "busy": busy, "gaps": gaps, "comm": sorted(comm)}
+
+
+def covered(span: list[float], others: list[list[float]]) -> float:
+    """The share of `span` that the union of `others` covers."""
+    cuts, end, total = sorted((max(a, span[0]), min(b, span[1])) for a, b in others), span[0], 0.0
+    for a, b in cuts:
+        if b > max(a, end):
+            total += b - max(a, end)
+            end = b
+    return total / (span[1] - span[0])
+
+
+def profile_trace(trace: dict) -> str:
+    """The main thread of one rank over the profiled steps: where it ran operators, where it waited
+    (gaps of 2% of a step or more, in red), and the all_reduces on the backend's threads beneath."""
+    from matplotlib.patches import Patch
+
+    t = trace_timeline(trace)
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(7.6, 2.6))
+    ax.broken_barh([(a, b - a) for a, b in t["busy"]], (0.6, 0.8), facecolors="#4c72b0")
+    step_ms = max(b - a for a, b in t["steps"])
+    gaps = [(a, b) for a, b in t["gaps"] if b - a >= 0.02 * step_ms]
+    ax.broken_barh([(a, b - a) for a, b in gaps], (0.6, 0.8), facecolors="none", edgecolors="#c44e52", hatch="///")
+    ax.broken_barh([(a, b - a) for a, b in t["comm"]], (-0.4, 0.8), facecolors="#dd8452")
+    for a, _ in t["steps"][1:]:
+        ax.axvline(a, color="0.5", linestyle="--", linewidth=0.8)
+    widest = max(gaps, key=lambda g: g[1] - g[0])
+    during = covered(widest, t["comm"]) >= 0.8  # a collective runs through (most of) the gap
+    ax.annotate(
+        f"{widest[1] - widest[0]:.1f} ms " + ("waiting for the all_reduce" if during else "with no operator"),
+        ((widest[0] + widest[1]) / 2, 1.4),
+        xytext=(0, 10),
+        textcoords="offset points",
+        ha="center",
+        fontsize=8,
+        color="#c44e52",
+    )
+    ax.set_yticks([0, 1], ["gloo's threads:\nall_reduce", "main thread:\noperators"])
+    ax.set_ylim(-0.6, 2.0)
+    ax.set_xlim(t["steps"][0][0], t["steps"][-1][1])
+    ax.set_xlabel(f"ms, {len(t['steps'])} profiled steps of rank 0 (dashed: where each step starts)")
+    ax.legend(
+        handles=[Patch(facecolor="none", edgecolor="#c44e52", hatch="///", label="gap: the thread waits")],
+        fontsize=8,
+        loc="upper right",
+        frameon=False,
+    )
+    fig.tight_layout()
+    return to_svg(fig)
+
+
 # name: (draw from the input file's text, what the input is)
 FIGURES = {
     "loss-curves": (lambda text: loss_curves(json.loads(text)), "DATA.json"),
     "tensor-parallel": (tensor_parallel_example, "EXAMPLE.py"),
+    "profile-trace": (lambda text: profile_trace(json.loads(text)), "TRACE.json"),
 }
 
 
