@@ -68,6 +68,7 @@ bench: $(STAMP)
 	PATH=$(BIN):$$PATH torchrun --standalone --nproc_per_node=2 examples/sync_strategies/step01_local_sgd.py --save benchmarks/local-sgd-cpu.json
 	$(BIN)/python -m distdocs.figures loss-curves benchmarks/local-sgd-cpu.json docs/assets/local-sgd-cpu.svg
 	$(BIN)/python -m distdocs.figures tensor-parallel examples/tensor_parallel/step01_by_hand.py docs/assets/tensor-parallel.svg
+	$(BIN)/python -m distdocs.figures sim-commands docs/practice/in-production.md docs/assets/in-production-speedups.svg
 	out=$$(mktemp -d) && PATH=$(BIN):$$PATH torchrun --standalone --nproc_per_node=2 examples/profiling/step01_profile_ddp.py --out $$out --table benchmarks/profile-ddp-cpu.txt \
 	  && cp $$out/trace_rank0.json benchmarks/profile-trace-cpu.json
 	$(BIN)/python -m distdocs.figures profile-trace benchmarks/profile-trace-cpu.json docs/assets/profile-trace-cpu.svg

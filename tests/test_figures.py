@@ -59,3 +59,25 @@ def test_tensor_parallel_drawing_is_drawn_at_the_examples_sizes():
     assert svg == figures.tensor_parallel_example(example.read_text())
     assert svg == figures.tensor_parallel(64, 256, 8, 2)  # the sizes it read: D_MODEL, D_HIDDEN, batch, ranks
     assert "64×256" in svg or "64×256" in svg
+
+
+def test_in_production_chart_draws_the_pages_sim_commands_and_supports_its_alt_text():
+    page = (REPO / "docs/practice/in-production.md").read_text()
+    assert (REPO / "docs/assets/in-production-speedups.svg").read_text() == figures.sim_commands(page)
+    import re
+    import shlex
+
+    from distdocs import cli, costmodel
+
+    at8, at2 = [], []
+    for line in re.findall(r"^\s*distdocs (sim .*)$", page, re.M):
+        args = cli.build_parser().parse_args(shlex.split(line))
+        work, network, _ = cli._sim_inputs(args)
+        steps = costmodel.simulate(work, [1, 2, 8], network, args.algorithm)
+        at2.append(steps[1].speedup)
+        at8.append(steps[2].speedup)
+    cpu, cpu_k4, pcie, pcie_k4 = at8
+    # "falls below 1x at 2 ranks and stays furthest from the ideal; accumulating lifts it; on PCIe one
+    # micro-batch per step gives about 4x at 8 ranks, and 4 micro-batches bring it closest to the ideal"
+    assert at2[0] < 1 and cpu == min(at8) and cpu_k4 > cpu
+    assert 3.5 <= pcie <= 4.5 and pcie_k4 == max(at8)

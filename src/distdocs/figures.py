@@ -79,6 +79,7 @@ def speedup_curves(curves: dict[str, list], title: str, measured: dict[str, list
         xlabel="ranks (data-parallel workers)", ylabel="speedup in samples/s over 1 rank", xscale="log", yscale="log"
     )
     ax.set_xticks(sizes, [str(n) for n in sizes])
+    ax.set_yticks(sizes, [f"{n}×" for n in sizes])
     ax.minorticks_off()
     ax.set_title(title, fontsize=8)
     ax.legend(fontsize=8, loc="upper left")
@@ -241,11 +242,31 @@ def profile_trace(trace: dict) -> str:
     return to_svg(fig)
 
 
+def sim_commands(page: str) -> str:
+    """The speedup curves of every `distdocs sim` command line in `page` (a Markdown page's text), on one
+    chart, computed by the same code as the command: the tables a page shows, drawn together."""
+    import shlex
+
+    from distdocs import cli, costmodel
+
+    curves = {}
+    for line in re.findall(r"^\s*distdocs (sim .*)$", page, re.M):
+        args = cli.build_parser().parse_args(shlex.split(line))
+        work, network, _ = cli._sim_inputs(args)
+        sizes = [int(n) for n in args.world_sizes.split(",")]
+        where = "2-core CPU, calibrated" if args.measured else network.name
+        curves[f"{where}, accumulation {args.accumulation}"] = costmodel.simulate(work, sizes, network, args.algorithm)
+    if not curves:
+        raise ValueError("the page has no `distdocs sim` command line")
+    return speedup_curves(curves, "the cost model over 1 to 8 ranks: speedup against ranks")
+
+
 # name: (draw from the input file's text, what the input is)
 FIGURES = {
     "loss-curves": (lambda text: loss_curves(json.loads(text)), "DATA.json"),
     "tensor-parallel": (tensor_parallel_example, "EXAMPLE.py"),
     "profile-trace": (lambda text: profile_trace(json.loads(text)), "TRACE.json"),
+    "sim-commands": (sim_commands, "PAGE.md"),
 }
 
 
