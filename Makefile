@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 # Material prints a banner about its successor on every build; it is noise in test logs.
 export NO_MKDOCS_2_WARNING := 1
 
-.PHONY: soak exit-soak serve test lint build pdf audit bench check-upstream gpu-check lock chromium clean
+.PHONY: soak exit-soak serve test test-fast lint build pdf audit bench check-upstream gpu-check lock chromium clean
 
 # The lock pins every package, torch==2.13.0 (a CPU build) among them: an unpinned torch would pull
 # a CUDA build of several GB. The stamp makes the install run again when the lock changes.
@@ -36,8 +36,19 @@ pdf: build chromium
 audit: build chromium
 	$(BIN)/python tests/lighthouse_audit.py
 
+# TEST_WORKERS=3 runs three test processes side by side (pytest-xdist): most tests wait on the processes
+# they start, so three keep two cores busy; the site's tests stay together in one of them (one build,
+# one browser). The default, 0, runs everything in one process, as CI does until three parallel runs
+# in a row pass there.
+TEST_WORKERS ?= 0
 test: $(STAMP) chromium
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
+
+# The editing loop: every test that needs no process group, no torchrun, no browser and no site build
+# (the `fast` tier: classifier, calculators, figures, saved-data claims, the pages' structure), in under
+# a minute. `make test` stays the one gate.
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -m fast $(PYTEST_ARGS)
 
 # ruff, configured in pyproject.toml: lint, then check that the code is formatted (`ruff format` fixes it).
 lint: $(STAMP)

@@ -3,7 +3,10 @@ was executed."""
 
 from __future__ import annotations
 
+import os
+import random
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -14,6 +17,16 @@ from commands import CommandRuns
 collect_ignore_glob = ["faulty_scripts/*", "exit_scripts/*", "exit_probe/*"]
 
 
+def pytest_configure(config):
+    """One seed for the random kill points of test_fault_tolerance.py, drawn here unless given, so that
+    every pytest-xdist worker (they inherit the environment) draws the same points."""
+    os.environ.setdefault("DISTDOCS_KILL_SEED", str(random.SystemRandom().randrange(2**32)))
+
+
+def pytest_report_header(config):
+    return f"kill points drawn with DISTDOCS_KILL_SEED={os.environ['DISTDOCS_KILL_SEED']} (set it to run them again)"
+
+
 def pytest_addoption(parser):
     parser.addoption(
         "--update-outputs",
@@ -22,9 +35,17 @@ def pytest_addoption(parser):
     )
 
 
+def shared_folder(tmp_path_factory) -> Path | None:
+    """Under pytest-xdist, a folder that every worker of this run shares (their base temp folders'
+    parent); None in a run of one process."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return None
+    return tmp_path_factory.getbasetemp().parent / "distdocs-shared"
+
+
 @pytest.fixture(scope="session")
-def command_runs() -> CommandRuns:
-    return CommandRuns()
+def command_runs(tmp_path_factory) -> CommandRuns:
+    return CommandRuns(shared_folder(tmp_path_factory))
 
 
 def pytest_terminal_summary(terminalreporter):
@@ -49,3 +70,28 @@ def pytest_terminal_summary(terminalreporter):
     ]
     line = ", ".join(f"{counts[k]} {k}" for k in order)
     terminalreporter.write_sep("-", f"distdocs executed: {line}")
+
+
+TIERS = ("fast", "processes", "site")  # pyproject.toml says what each means; the testing page, why
+
+
+def pytest_collection_modifyitems(config, items):
+    """Every test is in exactly one tier, or the collection fails. The pages' inline python fences
+    (collected by pytest-markdown-docs from docs/) are small in-process blocks: the fast tier.
+
+    Under pytest-xdist (`--dist loadgroup`), the site's tests share one build and one browser in one
+    worker; they go first, because together they take longest."""
+    untiered = []
+    for item in items:
+        if item.nodeid.startswith("docs/"):
+            item.add_marker(pytest.mark.fast)
+        tiers = {m.name for m in item.iter_markers() if m.name in TIERS}
+        if len(tiers) != 1 and item.get_closest_marker("upstream") is None:
+            untiered.append(f"{item.nodeid}: {', '.join(sorted(tiers)) or 'no tier'}")
+        if item.get_closest_marker("site"):
+            item.add_marker(pytest.mark.xdist_group("site"))
+    items.sort(key=lambda item: item.get_closest_marker("site") is None)  # stable: the rest keep their order
+    if untiered:
+        raise pytest.UsageError(
+            "every test needs exactly one tier marker, " + " or ".join(TIERS) + ":\n  " + "\n  ".join(untiered)
+        )

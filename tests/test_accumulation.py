@@ -7,6 +7,8 @@ import pytest
 
 from commands import CommandRuns
 
+pytestmark = pytest.mark.processes  # the test tier: see the testing page
+
 SCRIPT = "examples/accumulation/step01_no_sync.py"
 
 

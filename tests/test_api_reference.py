@@ -8,7 +8,11 @@ import importlib
 import inspect
 import re
 
+import pytest
+
 from markdown_fences import DOCS
+
+pytestmark = pytest.mark.fast  # the test tier: see the testing page
 
 PAGE = DOCS / "reference/api.md"
 

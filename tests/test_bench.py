@@ -23,6 +23,7 @@ def saved(name: str) -> dict:
     return json.loads((SAVED / f"{name}.json").read_text())
 
 
+@pytest.mark.fast
 def test_parse_size_takes_binary_units():
     assert [parse_size(s) for s in ["4096", "256K", "4M", "1G", "4MB", "4MiB"]] == [
         4096,
@@ -37,6 +38,7 @@ def test_parse_size_takes_binary_units():
             parse_size(bad)
 
 
+@pytest.mark.fast
 def test_median_leaves_out_the_warmup():
     assert median_after_warmup([100.0, 50.0, 1.0, 2.0, 3.0], warmup=2) == 2.0
     with pytest.raises(ValueError):
@@ -57,12 +59,14 @@ def test_median_leaves_out_the_warmup():
         (exits, "exits-cpu"),
     ],
 )
+@pytest.mark.fast
 def test_saved_table_is_generated_from_its_data(module, name):
     data = saved(name)
     assert {"cpu", "cores", "torch", "backend", "date"} <= data["machine"].keys()
     assert (SAVED / f"{name}.txt").read_text().strip() == module.format_table(data["records"], data["machine"])
 
 
+@pytest.mark.processes
 def test_allreduce_bench_reports_every_implementation_with_nccl_tests_definitions():
     records = allreduce.bench_allreduce([2], [4096, 65536], iters=2, warmup=1)
     impls = ["gloo", "ring", "tree", "naive"]
@@ -77,6 +81,7 @@ def test_allreduce_bench_reports_every_implementation_with_nccl_tests_definition
     assert records[-1]["busbw_ratio_vs_gloo"] is None  # the handshake has no gloo counterpart
 
 
+@pytest.mark.fast
 def test_saved_allreduce_supports_what_the_collectives_page_says():
     records = saved("allreduce-cpu")["records"]
     time_of = {(r["world_size"], r["impl"], r["bytes"]): r["time_s"] for r in records}
@@ -96,6 +101,7 @@ def test_saved_allreduce_supports_what_the_collectives_page_says():
     assert check == sorted(check)
 
 
+@pytest.mark.processes
 def test_pipeline_bench_reports_theory_and_measured_idle_per_stage():
     records = pipeline.bench_pipeline([1, 2], width=64, batch=16, steps=2)
     assert [r["microbatches"] for r in records] == [1, 2]
@@ -119,6 +125,7 @@ def assert_schedule_is_gpipes(record: dict) -> None:
         assert first[2 * m - 1 - i][0] >= last[2 * m - 1 - i][1]  # backward i: stage 1, then stage 0
 
 
+@pytest.mark.fast
 def test_saved_pipeline_schedule_is_drawn_from_its_data():
     data = saved("pipeline-cpu")
     for r in data["records"]:
@@ -126,6 +133,7 @@ def test_saved_pipeline_schedule_is_drawn_from_its_data():
     assert (REPO / "docs/assets/pipeline-cpu.svg").read_text() == pipeline.plot(data["records"], data["machine"])
 
 
+@pytest.mark.fast
 def test_saved_pipeline_supports_what_the_pipeline_page_says():
     records = saved("pipeline-cpu")["records"]
     # "With one micro-batch, both stages idle about half the time": within 0.1 of the formula's 0.5.
@@ -137,18 +145,21 @@ def test_saved_pipeline_supports_what_the_pipeline_page_says():
         assert all(r["idle_measured"][stage] >= r["bubble_theory"] - 0.02 for r in records[1:])
 
 
+@pytest.mark.processes
 def test_ddp_bench_reports_both_implementations():
     records = ddp.bench_ddp(batch=16, width=32, steps=2)
     assert [r["impl"] for r in records] == ["torch DDP", "BucketedDDP"]
     assert records[0]["ratio_vs_torch"] == 1.0 and all(r["samples_per_s"] > 0 for r in records)
 
 
+@pytest.mark.fast
 def test_saved_ddp_supports_what_the_data_parallel_page_says():
     # "On a compute-bound model the two run within a quarter of each other's speed."
     ratio = saved("ddp-cpu")["records"][1]["ratio_vs_torch"]
     assert 0.75 <= ratio <= 1 / 0.75
 
 
+@pytest.mark.processes
 def test_bucket_bench_reports_every_setting_and_the_memory_views_save():
     records = buckets.bench_buckets([5, 25], width=512, depth=2, batch=4, steps=2)
     assert [(r["bucket_cap_mb"], r["gradient_as_bucket_view"]) for r in records] == [
@@ -164,6 +175,7 @@ def test_bucket_bench_reports_every_setting_and_the_memory_views_save():
         assert held[False] - held[True] == pytest.approx(records[0]["gradient_bytes"], rel=0.05)
 
 
+@pytest.mark.fast
 def test_saved_buckets_support_what_the_data_parallel_page_says():
     records = saved("ddp-buckets-cpu")["records"]
     held = {r["gradient_as_bucket_view"]: r["ddp_bytes"] for r in records}
@@ -173,6 +185,7 @@ def test_saved_buckets_support_what_the_data_parallel_page_says():
     assert held[False] - held[True] == pytest.approx(grads, rel=0.01)
 
 
+@pytest.mark.processes
 def test_precision_bench_counts_what_a_forward_keeps():
     fp32, bf16 = precision.bench_precision(width=64, depth=2, batch=16, steps=2)
     assert (fp32["mode"], bf16["mode"]) == ("float32", "bfloat16 autocast")
@@ -184,6 +197,7 @@ def test_precision_bench_counts_what_a_forward_keeps():
     assert bf16["weight_copy_bytes"] == 64 * 64 * 2
 
 
+@pytest.mark.fast
 def test_saved_precision_supports_what_the_mixed_precision_page_says():
     fp32, bf16 = saved("precision-cpu")["records"]
     # "16 bits nearly halve the activations ... and the weight copies come on top": 0.6 at the most.
@@ -191,6 +205,7 @@ def test_saved_precision_supports_what_the_mixed_precision_page_says():
     assert fp32["weight_copy_bytes"] == 0 < bf16["weight_copy_bytes"]
 
 
+@pytest.mark.processes
 def test_scaling_bench_splits_each_step_and_measures_speedup_against_one_rank():
     models = {"compute-bound": (16, 2, 32), "sync-bound": (64, 2, 2)}
     records = scaling.bench_scaling([1, 2], [1, 2], steps=2, models=models)
@@ -205,6 +220,7 @@ def test_scaling_bench_splits_each_step_and_measures_speedup_against_one_rank():
     assert all(r["speedup"] == 1.0 for r in records if r["world_size"] == 1)
 
 
+@pytest.mark.processes
 def test_recovery_bench_times_each_phase_from_the_kill_to_training_again():
     (r,) = recovery.main(
         cli.build_parser().parse_args(
@@ -218,6 +234,7 @@ def test_recovery_bench_times_each_phase_from_the_kill_to_training_again():
     assert sum(phases) == pytest.approx(r["kill_to_resumed_s"], abs=1e-9)
 
 
+@pytest.mark.fast
 def test_saved_recovery_supports_what_the_recovery_page_says():
     records = saved("recovery-cpu")["records"]
     for r in records:
@@ -228,11 +245,13 @@ def test_saved_recovery_supports_what_the_recovery_page_says():
         assert r["kill_to_noticed_s"] < 1.0
 
 
+@pytest.mark.fast
 def test_saved_allreduce_figure_is_drawn_from_its_data():
     data = saved("allreduce-cpu")
     assert (REPO / "docs/assets/allreduce-cpu.svg").read_text() == allreduce.plot(data["records"], data["machine"])
 
 
+@pytest.mark.fast
 def test_saved_prediction_is_drawn_from_its_data_and_supports_what_the_lab_says():
     data = saved("prediction-cpu")
     records, machine = data["records"], data["machine"]
@@ -251,6 +270,7 @@ def test_saved_prediction_is_drawn_from_its_data_and_supports_what_the_lab_says(
             assert abs(1 - r["ratio_given_compute"]) < abs(1 - r["ratio"])
 
 
+@pytest.mark.fast
 def test_prediction_compares_each_setting_with_the_model_fed_from_other_runs():
     measured = [
         {"model": "m", "accumulation": 1, "world_size": n, "batch_per_rank": 10, "gradient_bytes": 4_000_000,
@@ -266,6 +286,7 @@ def test_prediction_compares_each_setting_with_the_model_fed_from_other_runs():
     assert two["ratio_given_compute"] == pytest.approx((0.011 + 0.004 + 0.002) / 0.020)
 
 
+@pytest.mark.fast
 def test_prediction_keeps_the_median_of_repeated_runs_and_the_spread_of_the_ratio():
     runs = [[{"model": "m", "world_size": 2, "ratio": r, "measured_step_s": r / 10}] for r in (0.9, 0.8, 1.1)]
     (row,) = prediction.merge_runs(runs)
@@ -273,11 +294,13 @@ def test_prediction_keeps_the_median_of_repeated_runs_and_the_spread_of_the_rati
     assert row["ratio_range"] == [0.8, 1.1] and row["repeats"] == 3 and row["model"] == "m"
 
 
+@pytest.mark.fast
 def test_saved_scaling_figure_is_drawn_from_its_data():
     data = saved("scaling-cpu")
     assert (REPO / "docs/assets/scaling-cpu.svg").read_text() == scaling.plot(data["records"], data["machine"])
 
 
+@pytest.mark.fast
 def test_saved_scaling_supports_what_the_scaling_page_says():
     records = saved("scaling-cpu")["records"]
     speedup = {(r["model"], r["accumulation"], r["world_size"]): r["speedup"] for r in records}
@@ -324,12 +347,14 @@ def test_saved_scaling_supports_what_the_scaling_page_says():
         ["exits", "--examples", "examples/sharded/step01_fsdp.py"],
     ],
 )
+@pytest.mark.fast
 def test_bad_bench_arguments_get_one_line_and_exit_2(argv, capsys):
     assert cli.main(["bench", *argv]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: ") and "\n" not in err
 
 
+@pytest.mark.fast
 def test_saved_exit_soak_supports_what_the_testing_page_says():
     """At least a thousand launches, the examples that used to abort at exit among them, and not one
     abort or other failure."""
@@ -347,6 +372,7 @@ def test_saved_exit_soak_supports_what_the_testing_page_says():
     assert data["machine"]["torch"].startswith("2.")
 
 
+@pytest.mark.processes
 def test_exit_soak_counts_a_rank_that_aborts_at_exit():
     outcome, _, excerpt = exits.launch("tests/faulty_scripts/abort_at_exit.py", 2)
     assert outcome == "abort", excerpt

@@ -18,6 +18,7 @@ def state(step: int) -> dict:
     return {"model": {"w": torch.randn(4, 4)}, "step": step}
 
 
+@pytest.mark.fast
 def test_save_and_load_the_newest_keeping_the_last_k(tmp_path):
     for step in (10, 20, 30, 40):
         ck.save_checkpoint_atomic(state(step), tmp_path, step, keep=2)
@@ -29,6 +30,7 @@ def test_save_and_load_the_newest_keeping_the_last_k(tmp_path):
     assert step == 40 and torch.equal(loaded["model"]["w"], state(40)["model"]["w"])  # bitwise
 
 
+@pytest.mark.fast
 def test_a_crash_during_the_rename_leaves_the_old_checkpoint_and_no_temporary_file(tmp_path, monkeypatch):
     ck.save_checkpoint_atomic(state(1), tmp_path, 1)
     before = sorted(p.name for p in tmp_path.iterdir())
@@ -44,6 +46,7 @@ def test_a_crash_during_the_rename_leaves_the_old_checkpoint_and_no_temporary_fi
     assert ck.load_latest_checkpoint(tmp_path)[0] == 1
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("damage", ["truncate", "flip", "no checksum"])
 def test_a_damaged_newest_checkpoint_is_skipped_with_a_warning(tmp_path, damage):
     ck.save_checkpoint_atomic(state(1), tmp_path, 1)
@@ -65,12 +68,14 @@ class Payload:
         return (os.system, ("echo pwned",))
 
 
+@pytest.mark.fast
 def test_weights_only_refuses_a_pickle_that_would_run_code(tmp_path):
     ck.save_checkpoint_atomic({"evil": Payload()}, tmp_path, 1)  # checksummed, so only weights_only stands guard
     with pytest.raises(pickle.UnpicklingError):
         ck.load_latest_checkpoint(tmp_path)
 
 
+@pytest.mark.fast
 def test_rng_states_round_trip_through_a_checkpoint(tmp_path):
     random.seed(3)
     torch.manual_seed(3)
@@ -82,10 +87,12 @@ def test_rng_states_round_trip_through_a_checkpoint(tmp_path):
     assert random.random() == expected[0] and torch.equal(torch.rand(3), expected[1])
 
 
+@pytest.mark.fast
 def test_no_checkpoint_yet_gives_none(tmp_path):
     assert ck.load_latest_checkpoint(tmp_path / "absent") == (None, None)
 
 
+@pytest.mark.fast
 def test_an_unwritable_folder_is_reported_before_training(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a folder")
@@ -94,11 +101,13 @@ def test_an_unwritable_folder_is_reported_before_training(tmp_path):
     assert ck.check_writable(tmp_path / "ok") == tmp_path / "ok"
 
 
+@pytest.mark.fast
 def test_a_checkpoint_from_another_model_names_the_keys_that_differ():
     with pytest.raises(ck.CheckpointError, match=r"missing \['b'\]; unexpected \['c'\]"):
         ck.check_same_keys({"a": 1, "b": 2}, {"a": 1, "c": 3})
 
 
+@pytest.mark.fast
 def test_keep_below_one_is_refused(tmp_path):
     with pytest.raises(ValueError, match="keep"):
         ck.save_checkpoint_atomic(state(1), tmp_path, 1, keep=0)
@@ -123,6 +132,7 @@ for attempt in (new_checkpoint, over_a_file):
 """
 
 
+@pytest.mark.processes
 def test_a_write_that_fails_halfway_leaves_the_old_files_and_nothing_under_a_final_name(tmp_path):
     """The disk fills in the middle of a write: a child process may not grow any file past 1 MiB
     (RLIMIT_FSIZE), and writes a 4 MiB checkpoint, then 4 MiB over an existing file. Whatever way the

@@ -22,6 +22,8 @@ from hypothesis import strategies as st
 from distdocs.collectives import naive_allreduce, ring_allreduce, tree_allreduce
 from distdocs.world import RankFailed, World
 
+pytestmark = pytest.mark.processes  # the test tier: see the testing page
+
 DTYPES = ["float32", "float64", "int64", "bfloat16"]
 UNIT_ROUNDOFF = {"float32": 2.0**-24, "float64": 2.0**-53, "bfloat16": 2.0**-8}
 

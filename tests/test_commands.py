@@ -7,6 +7,8 @@ import pytest
 
 from commands import CommandRuns, _session_members, run_command
 
+pytestmark = pytest.mark.processes  # the test tier: see the testing page
+
 SCRIPTS = "tests/faulty_scripts"
 
 

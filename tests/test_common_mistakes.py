@@ -25,6 +25,7 @@ def _two_rank_rates(stdout: str) -> dict[str, float]:
     return {m[1]: float(m[2].replace(",", "")) for m in map(RATE.match, stdout.splitlines()) if m}
 
 
+@pytest.mark.processes
 def test_small_model_two_ranks_lose_to_one_process_until_each_rank_has_work(command_runs):
     out = command_runs.run_ok(example_command(MISTAKES / "step01_small_model_scaled_out.py")).stdout
     ratio = _ratios(out)
@@ -34,6 +35,7 @@ def test_small_model_two_ranks_lose_to_one_process_until_each_rank_has_work(comm
     assert ratio["fix"] > 1.5 * ratio["mistake"], out
 
 
+@pytest.mark.processes
 def test_accumulation_beats_syncing_every_micro_batch_on_a_sync_bound_loop(command_runs):
     out = command_runs.run_ok(example_command(MISTAKES / "step02_workers_instead_of_accumulation.py")).stdout
     ratio, rate = _ratios(out), _two_rank_rates(out)
@@ -43,6 +45,7 @@ def test_accumulation_beats_syncing_every_micro_batch_on_a_sync_bound_loop(comma
     assert rate["fix"] > 1.5 * rate["mistake"], out
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize(("every", "resumed", "lost"), [(0, 0, 25), (10, 20, 5)])
 def test_a_killed_rank_costs_every_step_without_checkpoints_and_few_with_them(command_runs, every, resumed, lost):
     command = example_command(MISTAKES / "step03_no_checkpoint.py").replace("--ckpt-every 0", f"--ckpt-every {every}")
@@ -52,6 +55,7 @@ def test_a_killed_rank_costs_every_step_without_checkpoints_and_few_with_them(co
     assert f"{lost} lost to the failure" in result.stdout, result.describe()
 
 
+@pytest.mark.fast
 def test_saved_runs_show_what_the_page_says():
     small = _ratios((REPO / "benchmarks/common-mistakes-small-model-cpu.txt").read_text())
     assert small["mistake"] < 1 < small["fix"]  # "two ranks train slower than one process"; the fix is faster
@@ -80,6 +84,7 @@ def test_saved_runs_show_what_the_page_says():
         ),
     ],
 )
+@pytest.mark.processes
 def test_impossible_settings_get_one_line_and_exit_2(command_runs, command, message):
     result = command_runs.run(command)
     assert result.returncode != 0 and not result.timed_out and not result.leftovers, result.describe()

@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 import sys
 
+import pytest
+
 from markdown_fences import DOCS, REPO
 
 ONE = "python examples/convert/step01_one_process.py"
@@ -13,6 +15,7 @@ TWO = "torchrun --standalone --nproc_per_node=2 examples/convert/step02_ddp.py"
 LAST_EPOCH = re.compile(r"epoch 3: validation loss ([\d.]+), accuracy ([\d.]+)%")
 
 
+@pytest.mark.processes
 def test_the_distributed_script_trains_to_what_the_one_process_script_reaches(command_runs):
     """Two runs of one recipe, not one computation: the shuffles differ, and on the CPU each rank's
     BatchNorm sees half the batch. So the final accuracy must agree within 2 points and the
@@ -24,6 +27,7 @@ def test_the_distributed_script_trains_to_what_the_one_process_script_reaches(co
     assert abs(loss_one - loss_two) <= 0.25 * loss_one, (loss_one, loss_two)
 
 
+@pytest.mark.fast
 def test_the_page_shows_the_diff_of_the_two_files():
     sys.path.insert(0, str(REPO / "hooks"))
     import file_diff

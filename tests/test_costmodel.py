@@ -20,6 +20,8 @@ from distdocs.costmodel import (
     step_time,
 )
 
+pytestmark = pytest.mark.fast  # the test tier: see the testing page
+
 NET = Network(alpha=1e-5, beta=1e-9)  # 10 µs per message, 1 GB/s
 
 

@@ -10,6 +10,8 @@ from torch import nn
 from distdocs.ddp import BucketedDDP
 from distdocs.world import RankFailed, spawn_world
 
+pytestmark = pytest.mark.processes  # the test tier: see the testing page
+
 
 def bucket_sizes(rank: int, world_size: int) -> list[int]:
     torch.manual_seed(rank)  # different weights per rank: the broadcast must make them equal

@@ -23,6 +23,7 @@ UNEVEN = "examples/debugging/step04_uneven_batches.py"
 FAULTY = "tests/faulty_scripts"
 
 
+@pytest.mark.processes
 def test_a_mismatch_without_detail_aborts_a_rank_with_gloos_hint(command_runs):
     result = command_runs.run(f"torchrun --standalone --nproc_per_node=2 {UNEVEN}")
     assert result.returncode != 0 and not result.timed_out and not result.leftovers, result.describe()
@@ -30,6 +31,7 @@ def test_a_mismatch_without_detail_aborts_a_rank_with_gloos_hint(command_runs):
     assert "Is there a distributed collective mismatch in your code?" in result.stderr, result.describe()
 
 
+@pytest.mark.processes
 def test_mismatched_sizes_can_complete_with_a_wrong_number(command_runs):
     """The page: "with other sizes the smaller collective can even complete with wrong numbers"."""
     result = command_runs.run(f"torchrun --standalone --nproc_per_node=2 {FAULTY}/mismatched_sizes.py")
@@ -38,6 +40,7 @@ def test_mismatched_sizes_can_complete_with_a_wrong_number(command_runs):
     assert "rank 0 completed with [3.0]" in result.stdout, result.describe()
 
 
+@pytest.mark.processes
 def test_ddp_under_detail_still_crashes_on_gloo(command_runs):
     """The page's warning holds for this torch. If this fails, torch fixed it: drop the warning on
     docs/recovery/debugging.md, and let step04 use DDP."""
@@ -47,18 +50,21 @@ def test_ddp_under_detail_still_crashes_on_gloo(command_runs):
     assert "DDP built" not in result.stdout and "SIGSEGV" in result.stderr, result.describe()
 
 
+@pytest.mark.processes
 def test_a_rank_that_exits_early_fails_the_others_within_seconds(command_runs):
     result = command_runs.run(f"torchrun --standalone --nproc_per_node=2 {STUCK} --exit-early")
     waited = re.search(r"\[rank 0\] all_reduce failed after ([\d.]+) s", result.stdout)
     assert waited and float(waited.group(1)) < 10, result.describe()  # not the 60 s timeout
 
 
+@pytest.mark.processes
 def test_monitored_barrier_names_the_stuck_rank_at_its_own_timeout(command_runs):
     result = command_runs.run(f"torchrun --standalone --nproc_per_node=2 {STUCK} --monitored")
     assert "Rank 1 failed to pass monitoredBarrier in 10000 ms" in result.stderr, result.describe()
     assert result.elapsed_s < 45, result.describe()  # 10 s after the stuck step, not 60
 
 
+@pytest.mark.processes
 def test_a_stuck_rank_holds_the_others_until_the_timeout_and_py_spy_shows_where(tmp_path: Path):
     """One run: see where torchrun listens, dump the stuck rank's stack while it hangs, then watch
     rank 0 fail at the 60 s timeout, and nothing outlive it."""
@@ -102,6 +108,7 @@ def test_a_stuck_rank_holds_the_others_until_the_timeout_and_py_spy_shows_where(
     assert not left, f"left running: {left}"
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("fixed", ["--fixed", "--balanced"])
 def test_the_fixes_pass_their_self_checks(command_runs, fixed):
     script = STUCK if fixed == "--fixed" else "examples/debugging/step03_straggler.py"
@@ -116,6 +123,7 @@ def saved_rows(name: str) -> list[list[str]]:
     ]
 
 
+@pytest.mark.fast
 def test_saved_straggler_run_supports_what_the_page_says():
     """ "The straggler is the rank that waits least", and it keeps the most activations."""
     rows = [r for r in saved_rows("debugging-straggler-cpu.txt") if r[0].isdigit()]
@@ -126,6 +134,7 @@ def test_saved_straggler_run_supports_what_the_page_says():
     assert straggler == 1 and min(wait, key=wait.get) == straggler and max(kept, key=kept.get) == straggler
 
 
+@pytest.mark.fast
 def test_saved_slower_run_supports_what_the_page_says():
     """ "With 8 samples per rank, most of each step is synchronisation; with 1024, the computation
     hides the all_reduce"."""
@@ -135,6 +144,7 @@ def test_saved_slower_run_supports_what_the_page_says():
     assert share["mistake"] > 50 > share["fix"]
 
 
+@pytest.mark.fast
 def test_saved_data_loading_run_supports_what_the_page_says():
     """ "A batch takes one worker about three times the step ... with two workers, a few ms a step
     instead of most of it"."""

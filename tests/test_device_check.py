@@ -13,6 +13,8 @@ from device_check import check_file
 from commands import ALLOWED_IN_EXAMPLES
 from markdown_fences import REPO, all_examples
 
+pytestmark = pytest.mark.fast  # the test tier: see the testing page
+
 CHECKED = all_examples() + [REPO / "src" / "distdocs" / f"{name}.py" for name in ALLOWED_IN_EXAMPLES]
 SEEDED = REPO / "tests" / "faulty_scripts" / "device_bugs.py"
 

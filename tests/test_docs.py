@@ -25,6 +25,7 @@ def gpu_skip(fence):
         pytest.skip("GPU tab: needs CUDA")
 
 
+@pytest.mark.fast
 def test_every_fence_is_executed_or_excused(record_property):
     unverified = [f.where for f in FENCES if f.kind == "unverified"]
     assert not unverified, (
@@ -41,6 +42,7 @@ def test_every_fence_is_executed_or_excused(record_property):
         record_property("executed", "fences not executed (each with its reason)")
 
 
+@pytest.mark.fast
 def test_includes_name_existing_files_and_sections():
     problems = []
     for fence in (f for f in FENCES if f.kind == "include"):
@@ -55,12 +57,14 @@ def test_includes_name_existing_files_and_sections():
     assert not problems, problems
 
 
+@pytest.mark.fast
 def test_every_example_is_on_a_page():
     pages = "\n".join(p.read_text() for p in DOCS.rglob("*.md"))
     missing = [str(p.relative_to(REPO)) for p in all_examples() if str(p.relative_to(EXAMPLES)) not in pages]
     assert not missing, f"examples shown on no page: {missing}"
 
 
+@pytest.mark.fast
 def test_inline_commands_in_prose_are_run_somewhere():
     """A `torchrun ...` in running text must be a command that a test runs, or the start of one
     (naming a tool, as in `distdocs bench allreduce`)."""
@@ -86,6 +90,7 @@ def run_as_the_page_says(fence, command_runs, command: str):
     return command_runs.run_ok(command, gpu=fence.gpu, busy_port=busy)
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("fence", COMMANDS, ids=[f.where for f in COMMANDS])
 def test_command_runs_as_written(fence, command_runs, record_property):
     gpu_skip(fence)
@@ -93,6 +98,7 @@ def test_command_runs_as_written(fence, command_runs, record_property):
     record_property("executed", "shell commands")
 
 
+@pytest.mark.fast
 def test_failing_commands_state_their_exit_code_and_bound():
     for fence in COMMANDS:
         if {"exit", "within"} & fence.attrs.keys():
@@ -100,6 +106,7 @@ def test_failing_commands_state_their_exit_code_and_bound():
             assert float(fence.attrs["within"]) < COMMAND_TIMEOUT_S / 2, f"{fence.where}: bound far below the test's"
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("fence", EXCERPTS, ids=[f.where for f in EXCERPTS])
 def test_excerpt_appears_in_a_fresh_run(fence, command_runs, record_property):
     gpu_skip(fence)
@@ -109,6 +116,7 @@ def test_excerpt_appears_in_a_fresh_run(fence, command_runs, record_property):
     record_property("executed", "output blocks checked")
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("fence", OUTPUTS, ids=[f.where for f in OUTPUTS])
 def test_output_block_matches_a_fresh_run(fence, command_runs, request, record_property):
     gpu_skip(fence)
@@ -135,6 +143,7 @@ def rewrite_output_block(fence, actual: str) -> None:
     fence.path.write_text("".join(lines))
 
 
+@pytest.mark.fast
 def test_reference_page_documents_every_subcommand():
     """docs/reference/cli.md shows the --help of every `distdocs` subcommand and benchmark."""
     import argparse
@@ -154,6 +163,7 @@ QUIZ = re.compile(r"<quiz>\n(.*?)</quiz>", re.S)
 QUIZ_PAGES = sorted(page for section in ("lesson", "practice", "recovery") for page in (DOCS / section).glob("*.md"))
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("page", QUIZ_PAGES, ids=lambda p: str(p.relative_to(REPO)))
 def test_every_lesson_practice_and_recovery_page_ends_with_a_short_quiz_whose_answers_explain_themselves(page):
     text = page.read_text()
@@ -172,6 +182,7 @@ EXERCISE = re.compile(r"^### Exercise \d+: [^\n]+\n(.*?)(?=^### |^## )", re.S | 
 SOLUTION = '<details class="success" markdown>\n<summary>Solution</summary>'
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("page", sorted((DOCS / "lesson").glob("*.md")), ids=lambda p: str(p.relative_to(REPO)))
 def test_every_lesson_page_has_one_or_two_exercises_each_with_a_collapsed_solution_that_runs(page):
     """A solution sits in a <details> block whose fences are not indented, so that both
@@ -188,6 +199,7 @@ def test_every_lesson_page_has_one_or_two_exercises_each_with_a_collapsed_soluti
         assert runs, f"{page.name}: a solution with no code that a test runs: {body[:80]}"
 
 
+@pytest.mark.fast
 def test_every_exercise_solution_file_is_shown_on_its_page():
     shown = "".join(p.read_text() for p in (DOCS / "lesson").glob("*.md"))
     files = sorted((REPO / "examples").rglob("exercise*.py"))

@@ -32,10 +32,12 @@ def setup_section(path) -> str | None:
     return text[text.index(SETUP_START) : text.index(SETUP_END)]
 
 
+@pytest.mark.fast
 def test_there_are_examples():
     assert EXAMPLE_SCRIPTS, "no examples found under examples/"
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("script", EXAMPLE_SCRIPTS, ids=IDS)
 def test_example_passes_its_self_check(script, command_runs, record_property):
     command = example_command(script)
@@ -47,6 +49,7 @@ def test_example_passes_its_self_check(script, command_runs, record_property):
     record_property("executed", "examples")
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("script", DISTRIBUTED, ids=DISTRIBUTED_IDS)
 def test_example_shows_the_same_setup_as_the_first_lesson(script):
     section = setup_section(script)
@@ -56,6 +59,7 @@ def test_example_shows_the_same_setup_as_the_first_lesson(script):
     assert section == setup_section(FIRST), f"{script.name}: its setup section differs from {FIRST.name}'s"
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("script", EXAMPLE_SCRIPTS, ids=IDS)
 def test_example_imports_torch_and_at_most_the_piece_its_page_builds(script):
     tree = ast.parse(script.read_text())
@@ -76,6 +80,7 @@ def imports_distdocs(script) -> bool:
     return any(name.split(".")[0] == "distdocs" for name in names)
 
 
+@pytest.mark.fast
 def test_the_home_page_counts_the_examples_that_import_the_library():
     count = sum(imports_distdocs(p) for p in EXAMPLE_SCRIPTS)
     said = re.search(r"(\w+) of\s+them import one piece of this site's library", (REPO / "docs/index.md").read_text())
@@ -85,6 +90,7 @@ def test_the_home_page_counts_the_examples_that_import_the_library():
     )
 
 
+@pytest.mark.processes
 def test_plain_python_gets_a_one_line_error_with_the_torchrun_command():
     example = "examples/data_parallel/step01_manual_allreduce.py"
     result = CommandRuns().run(f"python {example}")
@@ -92,6 +98,7 @@ def test_plain_python_gets_a_one_line_error_with_the_torchrun_command():
     assert result.stderr.strip() == (f"error: launch with torchrun: torchrun --standalone --nproc_per_node=2 {example}")
 
 
+@pytest.mark.processes
 def test_wrong_world_size_gets_one_line_naming_the_right_command():
     script = "examples/model_parallel/step01_split_layers.py"  # needs exactly 2 ranks
     result = CommandRuns().run(f"torchrun --standalone --nproc_per_node=3 {script}")
@@ -107,6 +114,7 @@ def test_wrong_world_size_gets_one_line_naming_the_right_command():
     assert f'{script}", line' not in result.stderr
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("early", [False, True], ids=["late-import", "early-import"])
 def test_a_late_import_keeps_the_group_alive_past_destroy(command_runs, early):
     """The canary for the known torch issue on the data-parallelism page: imported after
@@ -135,6 +143,7 @@ def constants(script) -> tuple[str, dict[str, int]]:
     return "\n".join(line.split(" = ")[0] if " = " in line else line for line in block), values
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("script", DISTRIBUTED, ids=DISTRIBUTED_IDS)
 def test_example_names_its_rank_count_and_timeout_as_the_first_lesson_does(script):
     """The setup sections are identical; what differs between examples is a named constant at the top,
@@ -146,6 +155,7 @@ def test_example_names_its_rank_count_and_timeout_as_the_first_lesson_does(scrip
     assert values["TIMEOUT_S"] > 0
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("script", EXAMPLE_SCRIPTS, ids=IDS)
 def test_example_exits_the_normal_way_with_the_cause_of_the_exit_crash_fixed(script):
     """Python's own shutdown runs (atexit handlers, thread joins, flushes): the file ends with a plain

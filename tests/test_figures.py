@@ -5,9 +5,13 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from distdocs import figures
 
 from markdown_fences import REPO
+
+pytestmark = pytest.mark.fast  # the test tier: see the testing page
 
 LR_DATA = REPO / "benchmarks" / "lr-scaling-cpu.json"
 

@@ -14,6 +14,7 @@ import gpu_check
 from markdown_fences import REPO, all_examples, all_fences
 
 
+@pytest.mark.fast
 def test_it_covers_every_gpu_tab_and_every_example():
     names = [name for name, _ in gpu_check.items(gpus=1)]
     tabs = [f.where for f in all_fences() if f.kind == "command" and f.gpu]
@@ -21,6 +22,7 @@ def test_it_covers_every_gpu_tab_and_every_example():
     assert {str(p.relative_to(REPO)) for p in all_examples()} <= set(names)
 
 
+@pytest.mark.fast
 def test_one_gpu_runs_each_example_at_world_size_1():
     plan = dict(gpu_check.items(gpus=1))
     assert plan["examples/data_parallel/step02_ddp.py"] == (
@@ -29,6 +31,7 @@ def test_one_gpu_runs_each_example_at_world_size_1():
     assert all("--nproc_per_node=2" not in c and "--nproc_per_node=4" not in c for c in plan.values())
 
 
+@pytest.mark.processes
 @pytest.mark.skipif(torch.cuda.is_available(), reason="there is CUDA here: make gpu-check runs for real")
 def test_without_cuda_it_says_so_in_one_line_and_exits_0():
     result = subprocess.run([sys.executable, "tests/gpu_check.py"], cwd=REPO, capture_output=True, text=True)
@@ -36,6 +39,7 @@ def test_without_cuda_it_says_so_in_one_line_and_exits_0():
     assert result.stdout.startswith("gpu-check: skipped: no CUDA")
 
 
+@pytest.mark.fast
 def test_the_home_page_says_whether_the_gpu_half_was_checked():
     page = (REPO / "docs/index.md").read_text()
     if gpu_check.REPORT.exists():

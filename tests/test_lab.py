@@ -3,6 +3,10 @@ self-check that ends each of its three steps."""
 
 from __future__ import annotations
 
+import pytest
+
+pytestmark = pytest.mark.processes  # the test tier: see the testing page
+
 LAB = "docs/lab/simulate-data-parallel-sync.py"
 
 

@@ -9,10 +9,13 @@ import statistics
 import subprocess
 import sys
 
+import pytest
+
 import lighthouse_audit
 from markdown_fences import REPO
 
 
+@pytest.mark.fast
 def test_saved_table_is_the_one_the_saved_records_make():
     saved = json.loads((REPO / "benchmarks/lighthouse.json").read_text())
     lines = (REPO / "benchmarks/lighthouse.txt").read_text().splitlines()
@@ -28,6 +31,7 @@ def test_saved_table_is_the_one_the_saved_records_make():
     assert '--8<-- "lighthouse.txt"' in (REPO / "docs/testing.md").read_text()
 
 
+@pytest.mark.processes
 def test_without_node_it_skips_in_one_line_and_exits_0(tmp_path):
     python = tmp_path / "bin"
     python.mkdir()

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
+
 from markdown_fences import classify
+
+pytestmark = pytest.mark.fast  # the test tier: see the testing page
 
 PAGE = """# A page
 

@@ -31,10 +31,12 @@ from distdocs.world import spawn_world
         ("bf16-master", "sgd", 12),
     ],
 )
+@pytest.mark.fast
 def test_bytes_per_parameter(precision, optimizer, total):
     assert bytes_per_parameter(precision, optimizer).total == total
 
 
+@pytest.mark.fast
 def test_the_layouts_agree_in_total_but_not_in_what_zero_1_and_2_leave_whole():
     # 1000 parameters on 10 devices: autocast keeps fp32 weights and gradients whole under ZeRO-1
     # (4 + 4 + 8/10 = 8.8 B a parameter), bf16-master keeps 16-bit ones (2 + 2 + 12/10 = 5.2 B); under
@@ -51,6 +53,7 @@ def test_the_layouts_agree_in_total_but_not_in_what_zero_1_and_2_leave_whole():
 DEEPSPEED_CASES = [(125e6, 50e6, 8), (7e9, 262e6, 64), (70e9, 1.07e9, 512)]
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("params, largest_layer, devices", DEEPSPEED_CASES)
 def test_zero_figures_match_deepspeeds_own_estimators(params, largest_layer, devices):
     """DeepSpeed's estimators count the fp32-gradient layout: ZeRO-2 exactly as we do (2 bytes of bf16
@@ -88,6 +91,7 @@ def fsdp2_autocast_bytes(rank: int, world_size: int) -> tuple:
     return dtypes, sum(t.numel() * t.element_size() for t in shards + adam), sum(p.numel() for p in model.parameters())
 
 
+@pytest.mark.processes
 def test_fsdp2_with_bf16_compute_keeps_the_autocast_layout_between_steps():
     """MixedPrecisionPolicy(param_dtype=bf16) computes in bf16 but keeps fp32 sharded parameters and
     gradients, so the calculator's `autocast` layout under FSDP is what a rank holds, byte for byte."""
@@ -96,6 +100,7 @@ def test_fsdp2_with_bf16_compute_keeps_the_autocast_layout_between_steps():
         assert held == per_device_model_states(params, bytes_per_parameter("autocast"), "ZeRO-3/FSDP", 2)
 
 
+@pytest.mark.fast
 def test_reproduces_the_zero_paper_figure_1():
     # Rajbhandari et al. 2020, Figure 1: 7.5B parameters, 64 GPUs, mixed precision Adam.
     states = bytes_per_parameter("bf16-master", "adam")
@@ -103,10 +108,12 @@ def test_reproduces_the_zero_paper_figure_1():
     assert [round(x, 1) for x in gb] == [120.0, 31.4, 16.6, 1.9]
 
 
+@pytest.mark.fast
 def test_activation_estimate():
     assert activation_bytes(layers=2, hidden=10, seq_len=3, micro_batch=4) == 34 * 3 * 4 * 10 * 2
 
 
+@pytest.mark.fast
 def test_pipeline_parallelism_does_not_divide_the_first_stage_activations():
     states = bytes_per_parameter()
     assert tensor_pipeline_split(10, states, device_bytes=80) == (1, 2)  # 160 bytes of states, no activations
@@ -118,6 +125,7 @@ def test_pipeline_parallelism_does_not_divide_the_first_stage_activations():
     assert tensor_pipeline_split(10, states, device_bytes=80, activations=1000) is None
 
 
+@pytest.mark.fast
 def test_the_70b_example_needs_16_devices_as_tp_8_by_pp_2():
     # 70 B in bf16 with Adam (1043 GiB of states) and 85 GiB of activations on 80 GiB devices:
     # TP 8 leaves 80 - 85/8 = 69.4 GiB a device for 1043/8 GiB of states, so 2 stages.
@@ -135,12 +143,14 @@ def test_the_70b_example_needs_16_devices_as_tp_8_by_pp_2():
         ["--params", "7B", "--devices", "0"],
     ],
 )
+@pytest.mark.fast
 def test_bad_memory_arguments_get_one_line_and_exit_2(argv, capsys):
     assert cli.main(["memory", *argv]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: ") and "\n" not in err
 
 
+@pytest.mark.fast
 def test_cluster_lays_the_job_out_as_tensor_pipeline_and_data_degrees(capsys):
     from distdocs import cli
 

@@ -21,6 +21,8 @@ import yaml
 from commands import _kill_session, command_env, lay_out_as_copied
 from markdown_fences import EXAMPLES, REPO, classify
 
+pytestmark = pytest.mark.processes  # the test tier: see the testing page
+
 SCRIPT = "examples/fault_tolerance/step01_resume_after_kill.py"
 PAGE = REPO / "docs/recovery/multi-node.md"
 LAUNCH_PAGE = REPO / "docs/practice/launch-on-several-nodes.md"

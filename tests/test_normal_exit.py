@@ -10,6 +10,8 @@ import pytest
 
 from commands import GROUP_OUTLIVED, GROUP_OUTLIVES_DESTROY, CommandRuns
 
+pytestmark = pytest.mark.processes  # the test tier: see the testing page
+
 SCRIPT = "tests/exit_scripts/normal_exit.py"
 WRITTEN = 40 * 16384 + len(b"END\n")  # what the writer thread writes in full
 

@@ -6,9 +6,12 @@ from __future__ import annotations
 import math
 import re
 
+import pytest
 import yaml
 
 from markdown_fences import DOCS, REPO, classify, parse_fences
+
+pytestmark = pytest.mark.fast  # the test tier: see the testing page
 
 WORDS_PER_MINUTE = 200
 ROW = re.compile(r"^\| \[[^\]]+\]\(([\w/.-]+)\) \|.*\| (\d+ min|to look up) \|$", re.M)

@@ -9,6 +9,8 @@ from distdocs import figures
 
 from markdown_fences import REPO
 
+pytestmark = pytest.mark.fast  # the test tier: see the testing page
+
 TABLE = REPO / "benchmarks" / "profile-ddp-cpu.txt"
 TRACE = REPO / "benchmarks" / "profile-trace-cpu.json"
 

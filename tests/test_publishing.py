@@ -4,9 +4,12 @@ no secrets beyond the default token; and the site it publishes has canonical URL
 
 from __future__ import annotations
 
+import pytest
 import yaml
 
 from markdown_fences import REPO
+
+pytestmark = pytest.mark.fast  # the test tier: see the testing page
 
 WORKFLOW = REPO / ".github/workflows/pages.yml"
 

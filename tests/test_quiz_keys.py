@@ -19,6 +19,8 @@ from distdocs.simulate import ring_allreduce
 
 from markdown_fences import DOCS, classify
 
+pytestmark = pytest.mark.fast  # the test tier: see the testing page
+
 QUIZ = re.compile(r"<quiz>\n(.*?)</quiz>", re.S)
 
 

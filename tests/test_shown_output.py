@@ -1,7 +1,11 @@
 """The comparison between a page's Output block and a fresh run catches any change beyond one unit in
 the last digit shown, or rounding noise that grows past float32's tolerance."""
 
+import pytest
+
 from shown_output import output_mismatch
+
+pytestmark = pytest.mark.fast  # the test tier: see the testing page
 
 SHOWN = "world size 2, 48 steps\nloss 0.0370\nmax |diff| = 3e-08\nself-check passed\n"
 DIGEST = "weights_sha256=1bc8885f522dca8fcc91e36af3cba228a2a0b9c1fa8ce962f35d076de47e2d2f\n"

@@ -7,6 +7,8 @@ from torch import nn
 
 from distdocs.simulate import merge_gradients, naive_allreduce, ring_allreduce, shard_gradients, split_batch
 
+pytestmark = pytest.mark.fast  # the test tier: see the testing page
+
 
 @pytest.mark.parametrize("n", [2, 3, 4, 7, 8])
 def test_both_allreduces_leave_the_exact_sum_on_every_worker(n):

@@ -39,16 +39,19 @@ def site_dir(tmp_path_factory) -> Path:
     return out
 
 
+@pytest.mark.site
 def test_strict_build_has_every_page(site_dir):
     for page in ["index.html", "lesson/index.html", "lesson/data-parallelism/index.html", "testing/index.html"]:
         assert (site_dir / page).is_file(), page
 
 
+@pytest.mark.site
 def test_includes_are_expanded_in_the_built_page(site_dir):
     html = (site_dir / "lesson/data-parallelism/index.html").read_text()
     assert "average_gradients" in html and "--8&lt;--" not in html
 
 
+@pytest.mark.site
 def test_collapsed_code_is_plain_text_and_open_code_keeps_its_colours(site_dir):
     """hooks/collapsed_code.py: inside a block that starts closed (nested blocks too) code carries no
     highlighting spans and its text is the file's; code shown open keeps its colours."""
@@ -72,6 +75,7 @@ def test_collapsed_code_is_plain_text_and_open_code_keeps_its_colours(site_dir):
     assert [nested[s:e] for s, e in collapsed_blocks(nested + "<details open>y</details>")] == [nested]
 
 
+@pytest.mark.site
 def test_every_page_has_a_canonical_url_and_an_edit_link(site_dir):
     for page in ("index.html", "lesson/data-parallelism/index.html", "recovery/debugging/index.html"):
         html = (site_dir / page).read_text()
@@ -96,6 +100,7 @@ class _Links(html.parser.HTMLParser):
             self.hrefs.append(attrs["href"])
 
 
+@pytest.mark.site
 def test_every_link_inside_the_site_reaches_its_page_and_anchor(site_dir):
     pages = {}
     for page in site_dir.rglob("*.html"):
@@ -122,6 +127,7 @@ def test_every_link_inside_the_site_reaches_its_page_and_anchor(site_dir):
     assert not broken, broken
 
 
+@pytest.mark.site
 def test_every_page_finds_the_theme_and_search_index_by_a_relative_base(site_dir):
     """Material's scripts fetch the search index from the page's configured base. An absolute one
     (`/distdocs/`, site_url's path, which the print page inherited from the 404 page's context)
@@ -137,6 +143,7 @@ def test_every_page_finds_the_theme_and_search_index_by_a_relative_base(site_dir
     assert not absolute, absolute
 
 
+@pytest.mark.site
 def test_no_page_loads_anything_from_another_host(site_dir):
     offenders = []
     for page in site_dir.rglob("*.html"):
@@ -171,6 +178,7 @@ def chromium():
         yield browser
 
 
+@pytest.mark.site
 def test_home_page_and_search_in_chromium(served_site):
     from playwright.sync_api import expect
 
@@ -226,6 +234,7 @@ def _random_cases(count: int) -> list:
 PAGE_BUDGET, NOTEBOOK_BUDGET = 1_000_000, 1_500_000  # bytes a reader's browser transfers for one page
 
 
+@pytest.mark.site
 def test_every_page_weighs_at_most_1_mb_and_logs_no_error_in_chromium(served_site, site_dir):
     """What a reader with an empty cache transfers for each page: the files Chromium fetches for it
     (the HTML, the theme's CSS and JS, the search index, images), each counted at its gzip size, as
@@ -262,6 +271,8 @@ def test_every_page_weighs_at_most_1_mb_and_logs_no_error_in_chromium(served_sit
     assert heaviest[0] > 50_000, heaviest  # the count saw the theme and the search index, not only HTML
 
 
+@pytest.mark.site
+@pytest.mark.timeout(900)  # 80 page loads and axe runs: 3 minutes alone on 2 cores, over 5 beside other tests
 def test_every_page_passes_axe_in_light_and_dark_mode(served_site, site_dir):
     """axe-core (the engine behind Lighthouse's accessibility score, bundled by axe-playwright-python)
     on every page, in each colour scheme the reader's system can ask for: no serious or critical
@@ -288,6 +299,7 @@ def test_every_page_passes_axe_in_light_and_dark_mode(served_site, site_dir):
     assert len(pages) > 25, pages  # every page of the site was checked
 
 
+@pytest.mark.site
 def test_scaling_explorer_is_the_python_cost_model_and_redraws_when_a_control_moves(served_site):
     """The page's JavaScript port equals distdocs.costmodel within 1e-9 relative on 300 random
     inputs; moving a control (typing a bandwidth, pressing a key) redraws the curve that the
@@ -342,6 +354,7 @@ def test_scaling_explorer_is_the_python_cost_model_and_redraws_when_a_control_mo
     assert not errors, errors
 
 
+@pytest.mark.site
 def test_lab_notebook_page_is_executed_and_downloadable(site_dir):
     page = (site_dir / "lab/simulate-data-parallel-sync/index.html").read_text()
     for step in (1, 2, 3):  # executed at build time, with allow_errors: false
@@ -361,6 +374,7 @@ def _fulfill(html: str, route, _request) -> None:
     route.fulfill(body=html, content_type="text/html")
 
 
+@pytest.mark.site
 def test_lab_notebook_page_looks_the_same_as_with_the_whole_jupyter_stylesheet(served_site, site_dir, tmp_path):
     """hooks/lab_notebooks.py keeps only the rules of JupyterLab's stylesheet that can match the page.
     Chromium renders the page with them and with the whole file in its place, in light and dark, on a
@@ -393,6 +407,7 @@ def test_lab_notebook_page_looks_the_same_as_with_the_whole_jupyter_stylesheet(s
     assert not different, f"the page looks different with the whole stylesheet: {different}; see {tmp_path}"
 
 
+@pytest.mark.site
 def test_quiz_grades_a_right_and_a_wrong_answer_in_chromium(served_site):
     """The final quiz, answered in the browser: the seed's first question right, its second wrong.
     Each shows its verdict and the chosen answer's explanation."""
@@ -420,6 +435,7 @@ def test_quiz_grades_a_right_and_a_wrong_answer_in_chromium(served_site):
     assert not errors, errors
 
 
+@pytest.mark.fast
 def test_the_final_quiz_asks_the_seed_questions_with_their_answers():
     page = (REPO / "docs/quiz.md").read_text()
     assert "The most common reason parallel training speedup plateaus is" in page
@@ -429,6 +445,7 @@ def test_the_final_quiz_asks_the_seed_questions_with_their_answers():
     assert page.count("<quiz>") >= 8 and "all of the above" not in page.lower()
 
 
+@pytest.mark.site
 def test_pdf_of_the_print_page_has_every_chapter_on_its_own_page_and_no_code_cut_off(served_site, site_dir, tmp_path):
     """`make pdf`'s PDF, made here the same way. Each page of the site (a chapter) starts a PDF page
     with its title, and every line of every code block on the print page is in the PDF's text, whole.

@@ -14,6 +14,8 @@ import torch.distributed as dist
 
 from distdocs.world import RankFailed, spawn_world
 
+pytestmark = pytest.mark.processes  # the test tier: see the testing page
+
 
 def sum_of_ranks(rank: int, world_size: int) -> float:
     t = torch.tensor([float(rank + 1)])
