@@ -4,7 +4,10 @@ session, with a hard timeout, and kill whatever it left running."""
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import hashlib
 import os
+import pickle
 import re
 import shutil
 import signal
@@ -187,28 +190,76 @@ def holding_port(port: int | None):
         sock.close()
 
 
+# A port a command fixes for itself (`--master_port=29500`, `--rdzv_endpoint=127.0.0.1:29401`): two
+# commands that name the same one must not run at the same time, in one test process or in parallel ones.
+FIXED_PORT = re.compile(r"(?:port[=\s]|127\.0\.0\.1:)(\d{4,5})\b")
+
+
+@contextlib.contextmanager
+def file_lock(path: Path, exclusive: bool = True):
+    """An advisory lock on `path` (flock), held until the block ends; processes that share the folder
+    wait for each other."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
+def ports_held(locks: Path | None, command: str, busy_port: int | None):
+    """Hold the lock of every fixed port that `command` names (and of `busy_port`), in order."""
+    ports = sorted({int(p) for p in FIXED_PORT.findall(command)} | ({busy_port} if busy_port else set()))
+    with contextlib.ExitStack() as stack:
+        for port in ports if locks else []:
+            stack.enter_context(file_lock(locks / f"port-{port}.lock"))
+        yield
+
+
 class CommandRuns:
     """Runs each distinct command once per session, with a hard timeout. An example's docstring
     command and the same command on a page share one run.
+
+    With `shared`, a folder that parallel test processes of one session share, a command runs once
+    for all of them: the first to ask runs it under a lock and saves the result there, the others wait
+    for the lock and read it. Commands that name the same fixed port never run at the same time.
 
     A command that names files under examples/ runs in a temporary folder that holds copies of those
     files and nothing else of this repository, with `distdocs` reduced to ALLOWED_IN_EXAMPLES. Every
     other command runs from the repository root."""
 
-    def __init__(self) -> None:
+    def __init__(self, shared: Path | None = None) -> None:
         self._results: dict[tuple[str, bool], CommandResult] = {}
+        self._shared = shared
 
     def run(self, command: str, gpu: bool = False, busy_port: int | None = None) -> CommandResult:
         key = (command, gpu, busy_port)
         if key not in self._results:
-            env = command_env(gpu)
-            with tempfile.TemporaryDirectory(prefix="distdocs-copy-") as folder, holding_port(busy_port):
-                cwd: Path = REPO
-                if EXAMPLE_PATH.search(command):
-                    cwd = Path(folder)
-                    env |= lay_out_as_copied(command, cwd)
-                self._results[key] = run_command(command, timeout_s=COMMAND_TIMEOUT_S, cwd=cwd, env=env)
+            if self._shared is None:
+                self._results[key] = self._run(command, gpu, busy_port)
+            else:
+                name = hashlib.sha256(repr(key).encode()).hexdigest()[:20]
+                saved = self._shared / f"{name}.pickle"
+                with file_lock(self._shared / f"{name}.lock"):
+                    if not saved.exists():
+                        saved.write_bytes(pickle.dumps(self._run(command, gpu, busy_port)))
+                    self._results[key] = pickle.loads(saved.read_bytes())
         return self._results[key]
+
+    def _run(self, command: str, gpu: bool, busy_port: int | None) -> CommandResult:
+        env = command_env(gpu)
+        with (
+            ports_held(self._shared, command, busy_port),
+            tempfile.TemporaryDirectory(prefix="distdocs-copy-") as folder,
+            holding_port(busy_port),
+        ):
+            cwd: Path = REPO
+            if EXAMPLE_PATH.search(command):
+                cwd = Path(folder)
+                env |= lay_out_as_copied(command, cwd)
+            return run_command(command, timeout_s=COMMAND_TIMEOUT_S, cwd=cwd, env=env)
 
     def run_failing(self, command: str, exit_code: int, within_s: float, busy_port: int | None = None) -> CommandResult:
         """Run a command that is meant to fail, and fail the test unless it ended with `exit_code`
