@@ -75,9 +75,12 @@ def run(args: argparse.Namespace, device: torch.device) -> None:
     model = DDP(model.to(device))
     opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=0.9)
     sampler = DistributedSampler(train_set, shuffle=True, seed=0)  # each rank a different share
+    # Workers forked from this process would copy it after gloo (or nccl) started its threads, and a lock
+    # one of them held stays locked in the copy: a worker can hang. Start them from a clean process, once.
     loader = DataLoader(
         train_set, batch_size=BATCH // world_size, sampler=sampler,
         num_workers=2, pin_memory=device.type == "cuda",
+        multiprocessing_context="forkserver", persistent_workers=True,
     )  # fmt: skip
     val_loader = DataLoader(val_set, batch_size=256, sampler=DistributedSampler(val_set, shuffle=False))
     for epoch in range(EPOCHS):

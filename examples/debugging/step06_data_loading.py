@@ -99,8 +99,11 @@ def run(args: argparse.Namespace, device: torch.device) -> None:
     rows, seen = [], []
     for workers in (0, args.workers):
         loader = DataLoader(
-            SlowReads(), batch_size=BATCH, sampler=sampler, num_workers=workers, pin_memory=device.type == "cuda"
-        )
+            SlowReads(), batch_size=BATCH, sampler=sampler, num_workers=workers, pin_memory=device.type == "cuda",
+            # not forked from this process, whose gloo threads may hold a lock that the copy keeps: see the
+            # convert page; from a clean process, started once
+            multiprocessing_context="forkserver" if workers else None, persistent_workers=workers > 0,
+        )  # fmt: skip
         wait, work, ids = timed_epoch(model, loader, device)
         rows.append((workers, wait, work))
         seen.append(ids)
