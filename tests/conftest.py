@@ -3,8 +3,11 @@ was executed."""
 
 from __future__ import annotations
 
+import json
 import os
 import random
+import resource
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -29,6 +32,11 @@ def pytest_report_header(config):
 
 def pytest_addoption(parser):
     parser.addoption(
+        "--cpu-profile",
+        metavar="FILE",
+        help="append each test's CPU seconds (its own and its children's) and wall seconds to FILE, one JSON line each",
+    )
+    parser.addoption(
         "--update-outputs",
         action="store_true",
         help="rewrite the Output blocks in docs/ with what the commands print now",
@@ -46,6 +54,32 @@ def shared_folder(tmp_path_factory) -> Path | None:
 @pytest.fixture(scope="session")
 def command_runs(tmp_path_factory) -> CommandRuns:
     return CommandRuns(shared_folder(tmp_path_factory))
+
+
+def _cpu_seconds() -> float:
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """With --cpu-profile: on 2 cores the suite's time is bounded by the CPU its tests use, not by their
+    wall time, so record both. Children count once they have been waited for: a command's processes
+    when it ends, a session's browser when the session ends (charged to the last test)."""
+    path = item.config.getoption("--cpu-profile")
+    if not path:
+        return (yield)
+    cpu, wall = _cpu_seconds(), time.monotonic()
+    try:
+        return (yield)
+    finally:
+        line = {
+            "test": item.nodeid,
+            "cpu_s": round(_cpu_seconds() - cpu, 2),
+            "wall_s": round(time.monotonic() - wall, 2),
+        }
+        with open(path, "a") as sink:
+            sink.write(json.dumps(line) + "\n")
 
 
 def pytest_terminal_summary(terminalreporter):
