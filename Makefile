@@ -28,13 +28,13 @@ build: $(STAMP)
 # The whole site as one PDF, distdocs.pdf: its print page (mkdocs-print-site-plugin), printed to A4 by
 # the same Chromium that the tests drive. Every page of the site starts a page of the PDF.
 pdf: build chromium
-	$(BIN)/python tests/browser.py pdf site distdocs.pdf
+	$(BIN)/python -m tools.browser pdf site distdocs.pdf
 
 # Lighthouse's scores for a page of each kind, on a phone and a desktop, saved to benchmarks/lighthouse.*
 # (the testing page shows them). Needs node; installs Lighthouse into .audit/ on first use. Not part of
 # `make test`: it takes minutes, and the scores move with the machine's load.
 audit: build chromium
-	$(BIN)/python tests/lighthouse_audit.py
+	$(BIN)/python -m tools.lighthouse_audit
 
 # TEST_WORKERS=3 runs three test processes side by side (pytest-xdist): most tests wait on the processes
 # they start, so three keep two cores busy; the site's tests stay together in one of them (one build,
@@ -63,7 +63,7 @@ check-upstream: $(STAMP)
 # The nccl half of every "runs unchanged on GPUs": on a CUDA machine, every GPU tab and every example,
 # one process per GPU, reported in benchmarks/gpu-check.txt. Without CUDA it skips, saying so.
 gpu-check: $(STAMP)
-	PATH=$(BIN):$$PATH $(BIN)/python tests/gpu_check.py
+	PATH=$(BIN):$$PATH $(BIN)/python -m tools.gpu_check
 
 # Re-measure the data that the pages quote; the machine is recorded with the numbers.
 bench: $(STAMP)
@@ -100,7 +100,7 @@ soak: $(STAMP)
 
 # The exit soak: examples launched again and again under torchrun (8 of them, 125 times each, in turns),
 # counting the launches in which a rank aborted at exit. Saved with the machine to benchmarks/exits-cpu.*;
-# about an hour and a half on 2 cores. `make test` checks every run's exit directly (tests/exit_probe).
+# about an hour and a half on 2 cores. `make test` checks every run's exit directly (docexec/exit_probe).
 exit-soak: $(STAMP)
 	PATH=$(BIN):$$PATH $(BIN)/distdocs bench exits --save benchmarks/exits-cpu
 

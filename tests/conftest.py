@@ -1,5 +1,5 @@
-"""Shared fixtures: one run per distinct command for the whole session, and the closing count of what
-was executed."""
+"""Shared fixtures: one run per distinct command for the whole session, one site build, one server and
+one browser for the site's tests; the test tiers; and the closing count of what was executed."""
 
 from __future__ import annotations
 
@@ -13,11 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from commands import CommandRuns
+from docexec.commands import CommandRuns, command_env, run_command
+from docexec.fences import REPO
+from tools.browser import CHROMIUM, launch_chromium, serve_directory
 
 # Scripts that torchrun launches from the tests (faulty_scripts/ fail on purpose, exit_scripts/ test how a
 # process exits); never imported by pytest.
-collect_ignore_glob = ["faulty_scripts/*", "exit_scripts/*", "exit_probe/*"]
+collect_ignore_glob = ["faulty_scripts/*", "exit_scripts/*"]
 
 
 def pytest_configure(config):
@@ -82,6 +84,39 @@ def pytest_runtest_protocol(item, nextitem):
             sink.write(json.dumps(line) + "\n")
 
 
+@pytest.fixture(scope="session")
+def site_dir(tmp_path_factory) -> Path:
+    """The site, built once per session by `mkdocs build --strict` with no warning; every test_site_*
+    module reads it (under pytest-xdist they share one worker: see pytest_collection_modifyitems)."""
+    out = tmp_path_factory.mktemp("site")
+    env = command_env(gpu=False) | {"NO_MKDOCS_2_WARNING": "1"}  # Material's banner about its successor
+    result = run_command(f"mkdocs build --strict --site-dir {out}", timeout_s=180, cwd=REPO, env=env)
+    assert result.returncode == 0, result.describe()
+    warnings = [ln for ln in result.stderr.splitlines() if ln.startswith("WARNING")]
+    assert not warnings, warnings
+    return out
+
+
+@pytest.fixture(scope="session")
+def served_site(site_dir):
+    """The built site on 127.0.0.1 at a free port: its base URL."""
+    with serve_directory(site_dir) as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """Debian's Chromium, headless, through Playwright, one for every test of the session; each test
+    opens its own contexts (an empty cache, a colour scheme). Skips where there is none, except in
+    CI, which must have it."""
+    if not os.path.exists(CHROMIUM):
+        if os.environ.get("CI"):
+            pytest.fail("CI needs Debian's chromium at /usr/bin/chromium; `make test` installs it as root")
+        pytest.skip("no /usr/bin/chromium; `make test` installs it when run as root")
+    with launch_chromium() as browser:
+        yield browser
+
+
 def pytest_terminal_summary(terminalreporter):
     """5f: say how much of the docs this run executed."""
     counts: Counter[str] = Counter()
@@ -109,6 +144,7 @@ def pytest_terminal_summary(terminalreporter):
 TIERS = ("fast", "processes", "site")  # pyproject.toml says what each means; the testing page, why
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own, which reads the xdist_group markers added here
 def pytest_collection_modifyitems(config, items):
     """Every test is in exactly one tier, or the collection fails. The pages' inline python fences
     (collected by pytest-markdown-docs from docs/) are small in-process blocks: the fast tier.

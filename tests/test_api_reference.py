@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from markdown_fences import DOCS
+from docexec.fences import DOCS
 
 pytestmark = pytest.mark.fast  # the test tier: see the testing page
 

@@ -13,7 +13,7 @@ from distdocs.bench import allreduce, buckets, ddp, exits, pipeline, precision, 
 from distdocs.bench.harness import UsageError, median_after_warmup, parse_size
 from distdocs.costmodel import Network
 
-from markdown_fences import REPO
+from docexec.fences import REPO
 
 SAVED = REPO / "benchmarks"
 NCCL_TESTS_FIELDS = {"impl", "world_size", "bytes", "time_s", "algbw_gbps", "busbw_gbps", "busbw_ratio_vs_gloo"}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from commands import CommandRuns, _session_members, run_command
+from docexec.commands import CommandRuns, run_command, session_members
 
 pytestmark = pytest.mark.processes  # the test tier: see the testing page
 
@@ -16,14 +16,14 @@ def test_run_command_kills_the_whole_tree_on_timeout():
     result = run_command("sleep 100 & sleep 100", timeout_s=1)
     assert result.timed_out
     assert result.elapsed_s < 10
-    assert not _session_members(result.pid), "the background sleep outlived the timeout"
+    assert not session_members(result.pid), "the background sleep outlived the timeout"
 
 
 def test_run_command_reports_processes_left_behind():
     result = run_command("sleep 30 & echo started", timeout_s=10)
     assert result.returncode == 0 and not result.timed_out
     assert any("sleep 30" in p for p in result.leftovers)
-    assert not _session_members(result.pid)
+    assert not session_members(result.pid)
 
 
 def test_torchrun_stops_at_the_failing_rank_and_shows_its_traceback():

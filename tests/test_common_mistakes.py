@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from markdown_fences import REPO, example_command
+from docexec.fences import REPO, example_command
 
 MISTAKES = REPO / "examples/common_mistakes"
 RATIO = re.compile(r"^(mistake|fix): .*\((\d+\.\d+)x\)")
@@ -86,9 +86,4 @@ def test_saved_runs_show_what_the_page_says():
 )
 @pytest.mark.processes
 def test_impossible_settings_get_one_line_and_exit_2(command_runs, command, message):
-    result = command_runs.run(command)
-    assert result.returncode != 0 and not result.timed_out and not result.leftovers, result.describe()
-    assert result.stderr.count(message) == 1, result.describe()  # said once, by rank 0
-    assert "exitcode  : 2" in result.stderr
-    script = command.split()[3].split("/")[-1]
-    assert f'{script}", line' not in result.stderr  # no traceback from the script
+    command_runs.run_usage_error(command, message)

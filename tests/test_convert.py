@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from markdown_fences import DOCS, REPO
+from docexec.fences import DOCS, REPO
 
 ONE = "python examples/convert/step01_one_process.py"
 TWO = "torchrun --standalone --nproc_per_node=2 examples/convert/step02_ddp.py"

@@ -15,8 +15,8 @@ import pytest
 
 from distdocs.doctor import listening_sockets, socket_inodes
 
-from commands import _kill_session, command_env
-from markdown_fences import REPO
+from docexec.commands import Background
+from docexec.fences import REPO
 
 STUCK = "examples/debugging/step05_stuck_rank.py"
 UNEVEN = "examples/debugging/step04_uneven_batches.py"
@@ -68,28 +68,19 @@ def test_monitored_barrier_names_the_stuck_rank_at_its_own_timeout(command_runs)
 def test_a_stuck_rank_holds_the_others_until_the_timeout_and_py_spy_shows_where(tmp_path: Path):
     """One run: see where torchrun listens, dump the stuck rank's stack while it hangs, then watch
     rank 0 fail at the 60 s timeout, and nothing outlive it."""
-    out = tmp_path / "out.txt"
-    with out.open("w") as sink:
-        proc = subprocess.Popen(
-            ["torchrun", "--standalone", "--nproc_per_node=2", STUCK],
-            cwd=REPO,
-            env=command_env(gpu=False),
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    try:
+    command = ["torchrun", "--standalone", "--nproc_per_node=2", STUCK]  # no shell: the pid is torchrun's
+    with Background(command, tmp_path / "out.txt") as run:
         deadline = time.monotonic() + 60
         pid = None
-        while pid is None and time.monotonic() < deadline and proc.poll() is None:
-            m = re.search(r"stuck in load_batch at step 3; pid (\d+)", out.read_text())
+        while pid is None and time.monotonic() < deadline and run.proc.poll() is None:
+            m = re.search(r"stuck in load_batch at step 3; pid (\d+)", run.output())
             pid = int(m.group(1)) if m else None
             time.sleep(0.2)
-        assert pid, out.read_text()
+        assert pid, run.output()
         stuck_at = time.monotonic()
         # docs/recovery/multi-node.md's pitfall: even with --standalone, torchrun (this process, the
         # agent that hosts the store) listens on every interface, not only loopback (torch 2.13).
-        mine = socket_inodes(proc.pid)
+        mine = socket_inodes(run.pid)
         addresses = {address for address, _, inode in listening_sockets() if inode in mine}
         assert addresses & {"0.0.0.0", "::"}, f"torchrun listens on {addresses}: update the multi-node page"
         py_spy = Path(sys.executable).parent / "py-spy"
@@ -97,15 +88,12 @@ def test_a_stuck_rank_holds_the_others_until_the_timeout_and_py_spy_shows_where(
         assert dump.returncode == 0, dump.stderr
         assert "load_batch" in dump.stdout and "step05_stuck_rank.py" in dump.stdout, dump.stdout
 
-        returncode = proc.wait(timeout=120)
+        returncode = run.wait(timeout_s=120)
         ended = time.monotonic() - stuck_at
-        text = out.read_text()
+        text = run.output()
         assert returncode != 0 and "Timed out waiting 60000ms for recv operation to complete" in text, text
         assert 55 < ended < 90, f"rank 0 failed {ended:.0f} s after rank 1 got stuck, not at the 60 s timeout"
-    finally:
-        left = _kill_session(proc.pid)
-        proc.wait()
-    assert not left, f"left running: {left}"
+    assert not run.leftovers, f"left running: {run.leftovers}"
 
 
 @pytest.mark.processes

@@ -1,4 +1,4 @@
-"""The device check (tests/device_check.py) over every example and every distdocs module an example may
+"""The device check (docexec/device_check.py) over every example and every distdocs module an example may
 import: no CPU tensor reaches a collective, no unmoved model reaches DDP, and no duration is taken
 without waiting for the GPU, unless a comment says the CPU is meant. CI has no GPU; this is how the
 nccl path is held to what it needs."""
@@ -8,10 +8,10 @@ from __future__ import annotations
 import re
 
 import pytest
-from device_check import check_file
 
-from commands import ALLOWED_IN_EXAMPLES
-from markdown_fences import REPO, all_examples
+from docexec.commands import ALLOWED_IN_EXAMPLES
+from docexec.device_check import check_file
+from docexec.fences import REPO, all_examples
 
 pytestmark = pytest.mark.fast  # the test tier: see the testing page
 

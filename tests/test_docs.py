@@ -8,9 +8,9 @@ import re
 import pytest
 import torch
 
-from commands import COMMAND_TIMEOUT_S
-from markdown_fences import DOCS, EXAMPLES, REPO, all_examples, all_fences, classify, example_command, resolve_include
-from shown_output import excerpt_missing, output_mismatch
+from docexec.commands import COMMAND_TIMEOUT_S
+from docexec.fences import DOCS, EXAMPLES, REPO, all_examples, all_fences, classify, example_command, resolve_include
+from docexec.outputs import excerpt_missing, output_mismatch
 
 FENCES = all_fences()
 COMMANDS = [f for f in FENCES if f.kind == "command"]

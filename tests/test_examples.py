@@ -11,8 +11,8 @@ import sys
 
 import pytest
 
-from commands import ALLOWED_IN_EXAMPLES, CommandRuns
-from markdown_fences import REPO, all_examples, example_command
+from docexec.commands import ALLOWED_IN_EXAMPLES
+from docexec.fences import REPO, all_examples, example_command
 
 EXAMPLE_SCRIPTS = all_examples()
 IDS = [str(p.relative_to(REPO)) for p in EXAMPLE_SCRIPTS]
@@ -91,27 +91,22 @@ def test_the_home_page_counts_the_examples_that_import_the_library():
 
 
 @pytest.mark.processes
-def test_plain_python_gets_a_one_line_error_with_the_torchrun_command():
+def test_plain_python_gets_a_one_line_error_with_the_torchrun_command(command_runs):
     example = "examples/data_parallel/step01_manual_allreduce.py"
-    result = CommandRuns().run(f"python {example}")
+    result = command_runs.run(f"python {example}")
     assert result.returncode != 0 and not result.timed_out
     assert result.stderr.strip() == (f"error: launch with torchrun: torchrun --standalone --nproc_per_node=2 {example}")
 
 
 @pytest.mark.processes
-def test_wrong_world_size_gets_one_line_naming_the_right_command():
+def test_wrong_world_size_gets_one_line_naming_the_right_command(command_runs):
     script = "examples/model_parallel/step01_split_layers.py"  # needs exactly 2 ranks
-    result = CommandRuns().run(f"torchrun --standalone --nproc_per_node=3 {script}")
-    assert result.returncode != 0 and not result.timed_out and not result.leftovers
     wanted = (
         f"error: this example needs exactly 2 processes, got 3; "
         f"launch it with: torchrun --standalone --nproc_per_node=2 {script}"
     )
-    assert wanted in result.stderr.splitlines()
-    assert result.stderr.count(wanted) == 1  # said once, by rank 0, not by every rank
-    assert "exitcode  : 2" in result.stderr  # torchrun reports the rank's usage exit code
-    # torchrun adds its own report and traceback when a worker fails; the script adds none.
-    assert f'{script}", line' not in result.stderr
+    # Said once, by rank 0; torchrun adds its own report and traceback, the script none.
+    command_runs.run_usage_error(f"torchrun --standalone --nproc_per_node=3 {script}", wanted)
 
 
 @pytest.mark.processes

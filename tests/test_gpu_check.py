@@ -1,4 +1,4 @@
-"""`make gpu-check` (tests/gpu_check.py): it covers every GPU tab and every example, skips what one
+"""`make gpu-check` (tools/gpu_check.py): it covers every GPU tab and every example, skips what one
 GPU cannot run with the reason, exits 0 with one line where there is no CUDA, and the home page says
 whether its report exists."""
 
@@ -10,8 +10,8 @@ import sys
 import pytest
 import torch
 
-import gpu_check
-from markdown_fences import REPO, all_examples, all_fences
+from docexec.fences import REPO, all_examples, all_fences
+from tools import gpu_check
 
 
 @pytest.mark.fast
@@ -34,7 +34,7 @@ def test_one_gpu_runs_each_example_at_world_size_1():
 @pytest.mark.processes
 @pytest.mark.skipif(torch.cuda.is_available(), reason="there is CUDA here: make gpu-check runs for real")
 def test_without_cuda_it_says_so_in_one_line_and_exits_0():
-    result = subprocess.run([sys.executable, "tests/gpu_check.py"], cwd=REPO, capture_output=True, text=True)
+    result = subprocess.run([sys.executable, "-m", "tools.gpu_check"], cwd=REPO, capture_output=True, text=True)
     assert result.returncode == 0 and result.stdout.strip().count("\n") == 0
     assert result.stdout.startswith("gpu-check: skipped: no CUDA")
 

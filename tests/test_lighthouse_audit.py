@@ -11,8 +11,8 @@ import sys
 
 import pytest
 
-import lighthouse_audit
-from markdown_fences import REPO
+from docexec.fences import REPO
+from tools import lighthouse_audit
 
 
 @pytest.mark.fast
@@ -37,7 +37,8 @@ def test_without_node_it_skips_in_one_line_and_exits_0(tmp_path):
     python.mkdir()
     (python / "python").symlink_to(sys.executable)  # a PATH with Python and nothing else
     result = subprocess.run(
-        [str(python / "python"), str(REPO / "tests/lighthouse_audit.py")],
+        [str(python / "python"), "-m", "tools.lighthouse_audit"],
+        cwd=REPO,
         capture_output=True,
         text=True,
         timeout=60,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from markdown_fences import classify
+from docexec.fences import classify
 
 pytestmark = pytest.mark.fast  # the test tier: see the testing page
 

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from commands import _kill_session, command_env, lay_out_as_copied
-from markdown_fences import EXAMPLES, REPO, classify
+from docexec.commands import Background, command_env, lay_out_as_copied
+from docexec.fences import EXAMPLES, REPO, classify
 
 pytestmark = pytest.mark.processes  # the test tier: see the testing page
 
@@ -108,7 +108,7 @@ def namespaces():
         subprocess.run(["ip", "netns", "del", name], capture_output=True)
 
 
-def launcher(names: dict, node: str, run_id: str, ckpt: Path, extra: list[str], log: Path) -> subprocess.Popen:
+def launcher(names: dict, node: str, run_id: str, ckpt: Path, extra: list[str], log: Path) -> Background:
     env = command_env(gpu=False) | {"GLOO_SOCKET_IFNAME": "eth0", "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
     torchrun = str(Path(sys.executable).parent / "torchrun")
     command = [
@@ -117,17 +117,18 @@ def launcher(names: dict, node: str, run_id: str, ckpt: Path, extra: list[str], 
         f"--rdzv_conf=is_host={1 if node == 'a' else 0}", f"--local_addr={NAMESPACES[node]}", "--max-restarts=1",
         str(REPO / SCRIPT), "--ckpt-dir", str(ckpt), *extra,
     ]  # fmt: skip
-    with log.open("w") as sink:
-        return subprocess.Popen(command, env=env, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
+    return Background(command, log, env=env)
 
 
-def finish(procs: list[subprocess.Popen], timeout_s: float = 150) -> list[int]:
+def finish(runs: list[Background], timeout_s: float = 150) -> list[int]:
+    """The launchers' exit codes, once all have ended; whatever they leave is killed, and a launcher
+    still running after `timeout_s` too, failing the test."""
     deadline = time.monotonic() + timeout_s
     try:
-        return [p.wait(timeout=max(1, deadline - time.monotonic())) for p in procs]
+        return [run.wait(timeout_s=max(1, deadline - time.monotonic())) for run in runs]
     finally:
-        for p in procs:
-            _kill_session(p.pid)
+        for run in runs:
+            run.stop()
 
 
 def test_two_namespaces_end_where_one_machine_ends(namespaces, command_runs, tmp_path):
@@ -171,13 +172,8 @@ def test_the_launch_pages_node_commands_run_as_written_in_two_namespaces(
         folder.mkdir()
         env = command_env(gpu=False) | lay_out_as_copied(fence.command, folder)
         logs.append(tmp_path / f"node{i}.log")
-        with logs[-1].open("w") as sink:
-            command = ["ip", "netns", "exec", by_address[fence.attrs["node"]], "bash", "-c", fence.command]
-            procs.append(
-                subprocess.Popen(
-                    command, cwd=folder, env=env, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True
-                )
-            )
+        command = ["ip", "netns", "exec", by_address[fence.attrs["node"]], "bash", "-c", fence.command]
+        procs.append(Background(command, logs[-1], cwd=folder, env=env))
     codes = finish(procs)
     texts = [log.read_text() for log in logs]
     assert codes == [0] * len(procs), "\n".join(t[-2000:] for t in texts)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from commands import GROUP_OUTLIVED, GROUP_OUTLIVES_DESTROY, CommandRuns
+from docexec.commands import GROUP_OUTLIVED, GROUP_OUTLIVES_DESTROY
 
 pytestmark = pytest.mark.processes  # the test tier: see the testing page
 
@@ -24,8 +24,8 @@ def what_survived(folder, rank: int) -> tuple[bool, bool]:
     return handler, complete and thread_file.read_bytes().endswith(b"END\n")
 
 
-def test_a_normal_exit_runs_atexit_joins_threads_and_leaves_no_process(tmp_path):
-    result = CommandRuns().run_ok(f"torchrun --standalone --nproc_per_node=2 {SCRIPT} --out {tmp_path}")
+def test_a_normal_exit_runs_atexit_joins_threads_and_leaves_no_process(command_runs, tmp_path):
+    result = command_runs.run_ok(f"torchrun --standalone --nproc_per_node=2 {SCRIPT} --out {tmp_path}")
     for rank in (0, 1):
         handler, complete = what_survived(tmp_path, rank)
         assert handler, f"rank {rank}: the atexit handler did not run\n{result.describe()}"
@@ -34,25 +34,23 @@ def test_a_normal_exit_runs_atexit_joins_threads_and_leaves_no_process(tmp_path)
     # rank aborted at exit.
 
 
-def test_os_exit_loses_what_the_normal_exit_keeps(tmp_path):
-    result = CommandRuns().run(f"torchrun --standalone --nproc_per_node=2 {SCRIPT} --out {tmp_path} --os-exit")
+def test_os_exit_loses_what_the_normal_exit_keeps(command_runs, tmp_path):
+    result = command_runs.run(f"torchrun --standalone --nproc_per_node=2 {SCRIPT} --out {tmp_path} --os-exit")
     assert result.returncode == 0, result.describe()
     for rank in (0, 1):
         assert what_survived(tmp_path, rank) == (False, False), result.describe()
 
 
-def test_the_exit_probe_reports_a_group_that_outlives_destroy():
-    """Every command the tests launch carries tests/exit_probe; run_ok fails a run whose group
+def test_the_exit_probe_reports_a_group_that_outlives_destroy(command_runs):
+    """Every command the tests launch carries docexec/exit_probe; run_ok fails a run whose group
     outlived destroy_process_group. Here a script holds its group, as a library cache would."""
-    result = CommandRuns().run(
-        "torchrun --standalone --nproc_per_node=2 tests/faulty_scripts/group_outlives_destroy.py"
-    )
+    result = command_runs.run("torchrun --standalone --nproc_per_node=2 tests/faulty_scripts/group_outlives_destroy.py")
     assert result.stderr.count(GROUP_OUTLIVED) == 2, result.describe()  # one line per rank
 
 
 @pytest.mark.parametrize("command", list(GROUP_OUTLIVES_DESTROY))
 def test_a_known_group_that_outlives_destroy_still_does(command_runs, command):
-    """The exemptions in tests/commands.py hold only while their reason does: the day this fails, the
+    """The exemptions in docexec/commands.py hold only while their reason does: the day this fails, the
     library fixed it; drop the exemption."""
     result = command_runs.run_ok(f"torchrun --standalone --nproc_per_node=2 {command}")
     assert GROUP_OUTLIVED in result.stderr, f"{GROUP_OUTLIVES_DESTROY[command]}: no longer true\n{result.describe()}"

@@ -9,7 +9,7 @@ import re
 import pytest
 import yaml
 
-from markdown_fences import DOCS, REPO, classify, parse_fences
+from docexec.fences import DOCS, REPO, classify, parse_fences
 
 pytestmark = pytest.mark.fast  # the test tier: see the testing page
 

@@ -7,7 +7,7 @@ import pytest
 
 from distdocs import figures
 
-from markdown_fences import REPO
+from docexec.fences import REPO
 
 pytestmark = pytest.mark.fast  # the test tier: see the testing page
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from markdown_fences import REPO
+from docexec.fences import REPO
 
 pytestmark = pytest.mark.fast  # the test tier: see the testing page
 

@@ -17,7 +17,7 @@ from distdocs.memory import bytes_per_parameter
 from distdocs.pipeline import bubble_fraction
 from distdocs.simulate import ring_allreduce
 
-from markdown_fences import DOCS, classify
+from docexec.fences import DOCS, classify
 
 pytestmark = pytest.mark.fast  # the test tier: see the testing page
 

@@ -3,7 +3,7 @@ the last digit shown, or rounding noise that grows past float32's tolerance."""
 
 import pytest
 
-from shown_output import output_mismatch
+from docexec.outputs import output_mismatch
 
 pytestmark = pytest.mark.fast  # the test tier: see the testing page
 

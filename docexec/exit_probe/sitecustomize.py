@@ -1,4 +1,4 @@
-"""The exit probe, loaded by every Python process that the doc tests launch (tests/commands.py puts
+"""The exit probe, loaded by every Python process that the doc tests launch (docexec/commands.py puts
 this folder first on PYTHONPATH; Python imports `sitecustomize` at start-up).
 
 At exit, after the program's own atexit handlers, a process that finished its work (no uncaught

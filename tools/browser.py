@@ -2,7 +2,7 @@
 Python package (never `playwright install`, which downloads a browser), and the built site served on
 127.0.0.1 at a free port.
 
-    python tests/browser.py pdf SITE_DIR OUT.pdf   # the print page of a built site, as a PDF
+    python -m tools.browser pdf SITE_DIR OUT.pdf   # the print page of a built site, as a PDF
 """
 
 from __future__ import annotations
@@ -83,8 +83,10 @@ def launch_chromium() -> Iterator:
             browser.close()
 
 
-def save_pdf(browser, site_url: str, out: Path) -> None:
-    """Print the print page to an A4 PDF, as a reader's "Save as PDF" would, in the light scheme."""
+def save_pdf(browser, site_url: str, out: Path) -> list[str]:
+    """Print the print page to an A4 PDF, as a reader's "Save as PDF" would, in the light scheme.
+    Return the start of every code block that print styles clip (wider than its box) or hide (in a
+    closed block or a tab), which the PDF would lose: none, on a good build."""
     context = browser.new_context(color_scheme="light")
     try:
         page = context.new_page()
@@ -93,14 +95,20 @@ def save_pdf(browser, site_url: str, out: Path) -> None:
         # Material opens every collapsed block when the page turns to print, from a media-query
         # listener that may not have run yet; open them here so that the PDF never depends on it.
         page.evaluate("document.querySelectorAll('details').forEach(d => { d.open = true })")
+        clipped = page.evaluate(
+            """() => [...document.querySelectorAll('pre > code')]
+                .filter(e => e.offsetParent === null || e.scrollWidth > e.clientWidth + 1)
+                .map(e => e.textContent.slice(0, 60))"""
+        )
         page.pdf(path=str(out), format="A4", print_background=True, outline=True, tagged=True)
+        return clipped
     finally:
         context.close()
 
 
 def main(argv: list[str]) -> int:
     if len(argv) != 3 or argv[0] != "pdf":
-        print("usage: python tests/browser.py pdf SITE_DIR OUT.pdf", file=sys.stderr)
+        print("usage: python -m tools.browser pdf SITE_DIR OUT.pdf", file=sys.stderr)
         return 2
     site, out = Path(argv[1]), Path(argv[2])
     if not (site / PRINT_PAGE / "index.html").is_file():
@@ -110,8 +118,11 @@ def main(argv: list[str]) -> int:
         print(f"error: no {CHROMIUM}; install Debian's chromium package (make chromium, as root)", file=sys.stderr)
         return 1
     with serve_directory(site) as url, launch_chromium() as browser:
-        save_pdf(browser, url, out)
+        clipped = save_pdf(browser, url, out)
     print(f"wrote {out} ({out.stat().st_size // 1024} KiB)")
+    if clipped:
+        print(f"error: {len(clipped)} code blocks are clipped or hidden in print: {clipped}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -16,12 +16,9 @@ import datetime
 import re
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from commands import EXIT_CRASH_MARKERS, CommandRuns  # noqa: E402
-from markdown_fences import REPO, all_examples, all_fences, example_command  # noqa: E402
+from docexec.commands import EXIT_CRASH_MARKERS, CommandRuns
+from docexec.fences import REPO, all_examples, all_fences, example_command
 
 BUDGET_S = 600
 REPORT = REPO / "benchmarks/gpu-check.txt"

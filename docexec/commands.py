@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from markdown_fences import REPO
+from docexec.fences import REPO
 
 COMMAND_TIMEOUT_S = 180
 EXIT_CRASH_MARKERS = ("terminate called", "SIGABRT", "Signal 6", "core dumped")
@@ -72,7 +72,7 @@ class CommandResult:
         return "\n".join(parts)
 
 
-def _session_members(sid: int) -> list[tuple[int, str]]:
+def session_members(sid: int) -> list[tuple[int, str]]:
     """The live processes in session `sid` (Linux /proc), as (pid, command line)."""
     members = []
     for entry in Path("/proc").iterdir():
@@ -90,17 +90,17 @@ def _session_members(sid: int) -> list[tuple[int, str]]:
     return members
 
 
-def _kill_session(sid: int) -> list[str]:
+def kill_session(sid: int) -> list[str]:
     """SIGTERM, then SIGKILL, every process of session `sid`; return what was found alive."""
-    found = _session_members(sid)
+    found = session_members(sid)
     for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pid, _ in _session_members(sid):
+        for pid, _ in session_members(sid):
             try:
                 os.kill(pid, sig)
             except ProcessLookupError:
                 pass
         deadline = time.monotonic() + KILL_GRACE_S
-        while _session_members(sid) and time.monotonic() < deadline:
+        while session_members(sid) and time.monotonic() < deadline:
             time.sleep(0.05)
     return [f"{pid} {cmd}" for pid, cmd in found]
 
@@ -129,18 +129,61 @@ def run_command(
             proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             timed_out = True
-            _kill_session(proc.pid)
+            kill_session(proc.pid)
             proc.wait()
         deadline = time.monotonic() + LINGER_S
-        while _session_members(proc.pid) and time.monotonic() < deadline:
+        while session_members(proc.pid) and time.monotonic() < deadline:
             time.sleep(0.05)
-        leftovers = _kill_session(proc.pid)
+        leftovers = kill_session(proc.pid)
         out.seek(0)
         err.seek(0)
         stdout, stderr = out.read(), err.read()
     return CommandResult(
         command, proc.returncode, stdout, stderr, time.monotonic() - start, proc.pid, timed_out, leftovers
     )
+
+
+class Background:
+    """A command that a test watches while it runs: started in its own session, stdout and stderr
+    going to `log`. Leaving the `with` block (or `stop()`) kills whatever it started; `leftovers`
+    then says what was still alive. `command` is a shell line, or a list of arguments run as is."""
+
+    def __init__(self, command: str | list[str], log: Path, *, cwd: str | Path = REPO, env: dict | None = None):
+        args = ["bash", "-c", command] if isinstance(command, str) else command
+        self.log = log
+        self.leftovers: list[str] = []
+        with log.open("w") as sink:
+            self.proc = subprocess.Popen(
+                args,
+                cwd=cwd,
+                env=env if env is not None else command_env(gpu=False),
+                stdout=sink,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def output(self) -> str:
+        return self.log.read_text()
+
+    def wait(self, timeout_s: float) -> int:
+        """Its exit code; subprocess.TimeoutExpired if it runs past `timeout_s`."""
+        return self.proc.wait(timeout=timeout_s)
+
+    def stop(self) -> list[str]:
+        self.leftovers = kill_session(self.proc.pid)
+        self.proc.wait()
+        return self.leftovers
+
+    def __enter__(self) -> Background:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
 
 
 def command_env(gpu: bool) -> dict[str, str]:
@@ -270,6 +313,28 @@ class CommandRuns:
             problems.append(f"took {result.elapsed_s:.1f} s, over the {within_s} s it must end within")
         if result.returncode != exit_code:
             problems.append(f"exit code {result.returncode}, not {exit_code}")
+        return _fail_unless_clean(result, problems)
+
+    def run_usage_error(self, command: str, message: str) -> CommandResult:
+        """Run a command given impossible settings, and fail the test unless it refused them the way
+        every example must: `message` as a line said once (by rank 0 alone, under torchrun), exit code
+        2 (which torchrun reports as the rank's exitcode), no traceback from the script, and nothing
+        left behind."""
+        result = self.run(command)
+        problems = []
+        if result.timed_out:
+            problems.append(f"timed out after {COMMAND_TIMEOUT_S} s")
+        said = result.stderr.splitlines().count(message)
+        if said != 1:
+            problems.append(f"said {message!r} {said} times, not once")
+        if "torchrun " in command:
+            if result.returncode == 0 or "exitcode  : 2" not in result.stderr:
+                problems.append(f"exit code {result.returncode}, and torchrun reports no rank that exited with 2")
+        elif result.returncode != 2:
+            problems.append(f"exit code {result.returncode}, not 2")
+        for script in {Path(p).name for p in EXAMPLE_PATH.findall(command)}:
+            if f'{script}", line' in result.stderr:
+                problems.append(f"{script} printed a traceback")
         return _fail_unless_clean(result, problems)
 
     def run_ok(self, command: str, gpu: bool = False, busy_port: int | None = None) -> CommandResult:

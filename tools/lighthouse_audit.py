@@ -23,7 +23,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from browser import CHROMIUM, CHROMIUM_ARGS, serve_directory
+from tools.browser import CHROMIUM, CHROMIUM_ARGS, serve_directory
 
 REPO = Path(__file__).resolve().parent.parent
 LIGHTHOUSE_VERSION = "12.2.3"

@@ -1,0 +1,93 @@
+"""Every page in Chromium, one load each: its weight, its console errors, and axe-core's
+accessibility rules in the light and the dark colour scheme."""
+
+from __future__ import annotations
+
+import urllib.parse
+from pathlib import Path
+
+import pytest
+
+PAGE_BUDGET, NOTEBOOK_BUDGET = 1_000_000, 1_500_000  # bytes a reader's browser transfers for one page
+# The rules whose result depends on colour. The dark scheme changes the theme's colours and nothing else,
+# so after the whole of axe in the light scheme, only these run again in the dark one.
+COLOUR_RULES = ["color-contrast", "link-in-text-block"]
+
+
+def _axe_findings(page, axe, label: str, options: dict | None = None) -> list[str]:
+    """axe-core's serious and critical violations on `page`, one line each. axe is injected once per
+    page load: a second run in the same page reuses it."""
+    if not page.evaluate("typeof window.axe !== 'undefined'"):
+        page.evaluate(axe.axe_script)
+    options = {"resultTypes": ["violations"], **(options or {})}
+    violations = page.evaluate("options => axe.run(document, options).then(r => r.violations)", options)
+    return [
+        f"{label}: {rule['id']} ({len(rule['nodes'])} elements: "
+        + ", ".join(" ".join(node["target"]) for node in rule["nodes"][:3])
+        + ")"
+        for rule in violations
+        if rule["impact"] in ("serious", "critical")
+    ]
+
+
+def _weight(fetched: list[str], site_dir: Path, path: str) -> tuple[int, list[str]]:
+    """The gzip size of what a page load fetched, and what it asked for that the site lacks."""
+    import gzip
+
+    total, missing = 0, []
+    for url in fetched:
+        local = urllib.parse.unquote(urllib.parse.urlparse(url).path).lstrip("/")
+        file = site_dir / local / "index.html" if local.endswith("/") or not local else site_dir / local
+        if not file.is_file():  # the page asked for something the site does not have: a 404
+            missing.append(f"{path}: requested {url}, which is not in the built site")
+            continue
+        total += len(gzip.compress(file.read_bytes(), compresslevel=6))
+    return total, missing
+
+
+@pytest.mark.site
+@pytest.mark.timeout(600)  # about 40 page loads and 80 axe runs: 2 minutes alone on 2 cores
+def test_every_page_in_chromium_weighs_at_most_1_mb_logs_no_error_and_passes_axe_in_light_and_dark(
+    browser, served_site, site_dir
+):
+    """One load of each page, with an empty cache, serves four checks.
+
+    - Weight: what a reader with an empty cache transfers (the HTML, the theme's CSS and JS, the search
+      index, images), each file counted at its gzip size, as GitHub Pages serves them: at most 1 MB, and
+      1.5 MB for notebook pages, which carry Jupyter's CSS and their plots.
+    - Errors: no console error and no uncaught script error, the print page's included.
+    - axe-core (the engine behind Lighthouse's accessibility score, bundled by axe-playwright-python),
+      in each colour scheme the reader's system can ask for: no serious or critical violation of its
+      WCAG 2 rules. Material follows prefers-color-scheme, also when it changes after the load.
+      docs/stylesheets/accessible.css holds the fixes axe asked for."""
+    from axe_playwright_python.sync_playwright import Axe
+
+    axe = Axe()
+    pages = sorted(p.relative_to(site_dir).parent.as_posix() for p in site_dir.rglob("index.html"))
+    heavy, heaviest, errors, found = [], (0, ""), [], []
+    for path in pages:
+        context = browser.new_context(color_scheme="light")  # an empty cache for each page
+        page = context.new_page()
+        fetched: list[str] = []
+        page.on("requestfinished", lambda r, fetched=fetched: fetched.append(r.url))
+        page.on("console", lambda m, path=path: errors.append(f"{path}: {m.text}") if m.type == "error" else None)
+        page.on("pageerror", lambda e, path=path: errors.append(f"{path}: {e}"))
+        page.goto(served_site + ("" if path == "." else path + "/"), wait_until="networkidle")
+        total, missing = _weight(fetched, site_dir, path)
+        heavy += missing
+        budget = NOTEBOOK_BUDGET if path.startswith("lab/simulate") else PAGE_BUDGET
+        heaviest = max(heaviest, (total, path))
+        if total > budget:
+            heavy.append(f"{path}: {total} bytes, over {budget}")
+
+        assert page.locator("body").get_attribute("data-md-color-scheme") == "default", path
+        found += _axe_findings(page, axe, f"light {path}")
+        page.emulate_media(color_scheme="dark")
+        page.wait_for_function("document.body.dataset.mdColorScheme === 'slate'", timeout=5_000)
+        found += _axe_findings(page, axe, f"dark {path}", {"runOnly": {"type": "rule", "values": COLOUR_RULES}})
+        context.close()
+    assert not heavy, heavy
+    assert not errors, errors
+    assert not found, "\n".join(found)
+    assert heaviest[0] > 50_000, heaviest  # the count saw the theme and the search index, not only HTML
+    assert len(pages) > 25, pages  # every page of the site was checked

@@ -1,0 +1,152 @@
+"""The site's behaviour in Chromium: the home page, search and the palette switch; the scaling
+explorer's JavaScript against the Python cost model; the quiz graded in the page."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from docexec.fences import REPO
+
+
+@pytest.mark.site
+def test_home_page_and_search_in_chromium(browser, served_site):
+    from playwright.sync_api import expect
+
+    requests, errors = [], []
+    page = browser.new_page()
+    page.on("request", lambda r: requests.append(r.url))
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(served_site, wait_until="networkidle")
+    expect(page).to_have_title(re.compile("distdocs"))
+    expect(page.locator("h1")).to_contain_text("distdocs")
+
+    search = page.locator("input.md-search__input")
+    search.focus()  # opens the search; the index loads in a web worker
+    # A query typed before the index is ready is not run again, so wait for it first.
+    expect(page.locator(".md-search-result__meta")).to_have_text(re.compile("Type to start searching"), timeout=15_000)
+    search.press_sequentially("data parallelism", delay=20)  # real key events, as a reader types
+    hit = page.locator(".md-search-result__item a[href*='lesson/data-parallelism/']").first
+    expect(hit).to_be_visible(timeout=15_000)
+
+    scheme = page.locator("body").get_attribute("data-md-color-scheme")
+    page.keyboard.press("Escape")
+    page.locator("form[data-md-component=palette] label:visible").first.click()
+    expect(page.locator("body")).not_to_have_attribute("data-md-color-scheme", scheme)
+    assert not errors, f"console errors: {errors}"
+    foreign = [u for u in requests if not u.startswith(served_site) and not u.startswith(("data:", "blob:"))]
+    assert not foreign, f"requests to other hosts: {foreign}"
+
+
+def _random_cases(count: int) -> list:
+    import random
+
+    rng = random.Random(0)
+    cases = []
+    for _ in range(count):
+        work = {
+            "params": 10 ** rng.uniform(4, 11),
+            "computePerSample": 10 ** rng.uniform(-7, -1),
+            "microBatch": rng.randint(1, 4096),
+            "accumulation": rng.randint(1, 16),
+            "gradientDtype": rng.choice(["fp32", "bf16"]),
+            "bucketBytes": rng.choice([2**20, 25 * 2**20, 100 * 2**20]),
+            "overlap": rng.random() < 0.5,
+        }
+        net = {"alpha": 10 ** rng.uniform(-7, -3), "beta": 1 / 10 ** rng.uniform(8, 12)}
+        cases.append((work, net, rng.choice(["ring", "tree", "naive"]), [1, 2, 3, 5, 8, 64, 1000]))
+    return cases
+
+
+@pytest.mark.site
+def test_scaling_explorer_is_the_python_cost_model_and_redraws_when_a_control_moves(browser, served_site):
+    """The page's JavaScript port equals distdocs.costmodel within 1e-9 relative on 300 random
+    inputs; moving a control (typing a bandwidth, pressing a key) redraws the curve that the
+    Python model gives for the new settings."""
+    from distdocs.costmodel import Network, Workload, simulate
+
+    def python(work: dict, net: dict, algorithm: str, sizes: list) -> list:
+        w = Workload(
+            work["params"],
+            work["computePerSample"],
+            work["microBatch"],
+            work["accumulation"],
+            work["gradientDtype"],
+            work["bucketBytes"],
+            work["overlap"],
+        )
+        return simulate(w, sizes, Network(net["alpha"], net["beta"]), algorithm)
+
+    cases = _random_cases(300)
+    errors = []
+    page = browser.new_page()
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    # Its weight is held with every other page's, at gzip sizes, by the page-weight test.
+    page.goto(served_site + "lab/scaling-explorer/", wait_until="networkidle")
+    got = page.evaluate(
+        "cases => cases.map(([w, n, a, s]) => window.distdocsCostModel.simulate(w, s, n, a)"
+        ".map(r => [r.step, r.exposed, r.speedup, r.efficiency]))",
+        cases,
+    )
+    for case, js in zip(cases, got):
+        for r, values in zip(python(*case), js):
+            assert values == pytest.approx([r.step, r.exposed_sync, r.speedup, r.efficiency], rel=1e-9), case
+
+    speedups = lambda: json.loads(page.locator("#explorer-app").get_attribute("data-speedups"))  # noqa: E731
+    sizes = [2**i for i in range(11)]  # the page's default: up to 1024 workers
+    defaults = {"params": 100e6, "computePerSample": 1e-5, "microBatch": 2048, "accumulation": 1,
+                "gradientDtype": "fp32", "bucketBytes": 25 * 2**20, "overlap": True}  # fmt: skip
+    pcie = {"alpha": 10 * 1e-6, "beta": 1 / (25 * 1e9)}  # the first preset, distdocs' pcie4
+    assert speedups() == pytest.approx([r.speedup for r in python(defaults, pcie, "ring", sizes)], rel=1e-9)
+
+    page.fill("#explorer-bandwidth", "100")  # four times the bandwidth
+    faster = {**pcie, "beta": 1 / (100 * 1e9)}
+    assert speedups() == pytest.approx([r.speedup for r in python(defaults, faster, "ring", sizes)], rel=1e-9)
+
+    page.focus("#explorer-accumulation")
+    page.keyboard.press("ArrowUp")  # keyboard alone: accumulate 2 micro-batches
+    more = {**defaults, "accumulation": 2}
+    assert speedups() == pytest.approx([r.speedup for r in python(more, faster, "ring", sizes)], rel=1e-9)
+    label = page.locator("#explorer-chart").get_attribute("aria-label")
+    assert "at 1024 workers" in label
+    assert not errors, errors
+
+
+@pytest.mark.site
+def test_quiz_grades_a_right_and_a_wrong_answer_in_chromium(browser, served_site):
+    """The final quiz, answered in the browser: the seed's first question right, its second wrong.
+    Each shows its verdict and the chosen answer's explanation."""
+    from playwright.sync_api import expect
+
+    errors = []
+    page = browser.new_page()
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(served_site + "quiz/", wait_until="networkidle")
+    right, wrong = page.locator("#quiz-0"), page.locator("#quiz-1")
+    expect(right.locator(".quiz-question")).to_contain_text("speedup plateaus")
+    expect(wrong.locator(".quiz-question")).to_contain_text("Small models that fit on one GPU")
+
+    right.locator("label[for=quiz-0-1]").click()  # gradient synchronization: right
+    expect(right.locator("div:has(> #quiz-0-1)")).to_have_class(re.compile(r"\bcorrect\b"))
+    expect(right.locator(".quiz-feedback")).to_be_visible()
+    expect(right.locator(".quiz-feedback")).to_contain_text("Right. Every step ends with an all_reduce")
+
+    wrong.locator("label[for=quiz-1-0]").click()  # "True": wrong
+    expect(wrong.locator("div:has(> #quiz-1-0)")).to_have_class(re.compile(r"\bwrong\b"))
+    expect(wrong.locator("div:has(> #quiz-1-1)")).to_have_class(re.compile(r"\bcorrect\b"))  # shown
+    expect(wrong.locator(".quiz-feedback")).to_be_visible()
+    expect(wrong.locator(".quiz-feedback")).to_contain_text("little computation per step")
+    assert not errors, errors
+
+
+@pytest.mark.fast
+def test_the_final_quiz_asks_the_seed_questions_with_their_answers():
+    page = (REPO / "docs/quiz.md").read_text()
+    assert "The most common reason parallel training speedup plateaus is" in page
+    assert "- [x] gradient synchronization" in page
+    assert "Small models that fit on one GPU usually benefit the most from data parallelism." in page
+    assert "- [x] False" in page and "- [ ] True" in page
+    assert page.count("<quiz>") >= 8 and "all of the above" not in page.lower()

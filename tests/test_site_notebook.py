@@ -1,0 +1,66 @@
+"""The lab notebook's page: executed at build time, downloadable, and styled by the cut-down
+Jupyter stylesheet exactly as by the whole one."""
+
+from __future__ import annotations
+
+import functools
+import re
+import sys
+
+import pytest
+
+from docexec.fences import REPO
+
+
+@pytest.mark.site
+def test_lab_notebook_page_is_executed_and_downloadable(site_dir):
+    page = (site_dir / "lab/simulate-data-parallel-sync/index.html").read_text()
+    for step in (1, 2, 3):  # executed at build time, with allow_errors: false
+        assert f"step {step} self-check passed" in page
+    assert "data:image/png;base64" in page  # step 3's plot
+    assert 'href="simulate-data-parallel-sync.ipynb"' in page  # the download button
+    import nbformat
+
+    notebook = nbformat.read(
+        site_dir / "lab/simulate-data-parallel-sync/simulate-data-parallel-sync.ipynb", as_version=4
+    )
+    nbformat.validate(notebook)
+    assert sum(c.cell_type == "code" for c in notebook.cells) >= 10
+
+
+def _fulfill(html: str, route, _request) -> None:
+    route.fulfill(body=html, content_type="text/html")
+
+
+@pytest.mark.site
+def test_lab_notebook_page_looks_the_same_as_with_the_whole_jupyter_stylesheet(
+    browser, served_site, site_dir, tmp_path
+):
+    """hooks/lab_notebooks.py keeps only the rules of JupyterLab's stylesheet that can match the page.
+    Chromium renders the page with them and with the whole file in its place, in light and dark, on a
+    phone and a desktop: the two screenshots must be the same, pixel for pixel."""
+    sys.path.insert(0, str(REPO / "hooks"))
+    from lab_notebooks import JUPYTER_CSS
+
+    path = "lab/simulate-data-parallel-sync/"
+    built = (site_dir / path / "index.html").read_text()
+    cut = re.search(r'<style type="text/css" data-cut-from="index.css">\n(.*?)\n</style>', built, re.S)
+    assert cut, "the notebook page has no cut-down Jupyter stylesheet"
+    whole = built.replace(cut.group(1), JUPYTER_CSS.read_text().strip())
+    assert len(cut.group(1)) < len(whole) - len(built) < 20 * len(cut.group(1))  # it was cut, by a lot
+    different = []
+    for scheme in ("light", "dark"):
+        for viewport in ({"width": 412, "height": 915}, {"width": 1280, "height": 900}):
+            shots = {}
+            for name, markup in (("cut", built), ("whole", whole)):
+                context = browser.new_context(color_scheme=scheme, viewport=viewport)
+                page = context.new_page()
+                page.route(served_site + path, functools.partial(_fulfill, markup))
+                page.goto(served_site + path, wait_until="networkidle")
+                shots[name] = page.screenshot(full_page=True)
+                context.close()
+            if shots["cut"] != shots["whole"]:
+                for name, png in shots.items():
+                    (tmp_path / f"{scheme}-{viewport['width']}-{name}.png").write_bytes(png)
+                different.append(f"{scheme}, {viewport['width']} px wide")
+    assert not different, f"the page looks different with the whole stylesheet: {different}; see {tmp_path}"
