@@ -65,34 +65,11 @@ check-upstream: $(STAMP)
 gpu-check: $(STAMP)
 	PATH=$(BIN):$$PATH $(BIN)/python -m tools.gpu_check
 
-# Re-measure the data that the pages quote; the machine is recorded with the numbers.
+# Re-measure the data that the pages quote, with the machine recorded beside the numbers: every entry of
+# benchmarks/saved-data.yml whose target is bench, in order (the list also says which pages and tests
+# read each file).
 bench: $(STAMP)
-	$(BIN)/distdocs bench allreduce --world-sizes 2,4 --sizes 256K,4M,64M --iters 10 --repeat 5 --save benchmarks/allreduce-cpu --figure docs/assets/allreduce-cpu.svg
-	$(BIN)/distdocs bench pipeline --microbatches 1,2,4,8 --width 1024 --batch 256 --steps 5 --save benchmarks/pipeline-cpu --figure docs/assets/pipeline-cpu.svg
-	$(BIN)/distdocs bench ddp --batch 256 --width 1024 --steps 10 --save benchmarks/ddp-cpu
-	$(BIN)/distdocs bench buckets --caps 1,5,25,100 --steps 28 --save benchmarks/ddp-buckets-cpu
-	$(BIN)/distdocs bench precision --width 1024 --depth 4 --batch 256 --steps 10 --save benchmarks/precision-cpu
-	$(BIN)/distdocs bench prediction --accumulation 1,4 --steps 8 --repeat 3 --save benchmarks/prediction-cpu --figure docs/assets/prediction-cpu.svg
-	$(BIN)/distdocs bench scaling --world-sizes 1,2,4 --accumulation 1,4 --steps 8 --save benchmarks/scaling-cpu --figure docs/assets/scaling-cpu.svg
-	PATH=$(BIN):$$PATH torchrun --standalone --nproc_per_node=2 examples/lr_scaling/step01_linear_rule.py --save benchmarks/lr-scaling-cpu.json
-	$(BIN)/python -m distdocs.figures loss-curves benchmarks/lr-scaling-cpu.json docs/assets/lr-scaling-cpu.svg
-	PATH=$(BIN):$$PATH torchrun --standalone --nproc_per_node=2 examples/sync_strategies/step01_local_sgd.py --save benchmarks/local-sgd-cpu.json
-	$(BIN)/python -m distdocs.figures loss-curves benchmarks/local-sgd-cpu.json docs/assets/local-sgd-cpu.svg
-	$(BIN)/python -m distdocs.figures tensor-parallel examples/tensor_parallel/step01_by_hand.py docs/assets/tensor-parallel.svg
-	$(BIN)/python -m distdocs.figures sim-commands docs/practice/in-production.md docs/assets/in-production-speedups.svg
-	out=$$(mktemp -d) && PATH=$(BIN):$$PATH torchrun --standalone --nproc_per_node=2 examples/profiling/step01_profile_ddp.py --out $$out --table benchmarks/profile-ddp-cpu.txt \
-	  && cp $$out/trace_rank0.json benchmarks/profile-trace-cpu.json
-	$(BIN)/python -m distdocs.figures profile-trace benchmarks/profile-trace-cpu.json docs/assets/profile-trace-cpu.svg
-	PATH=$(BIN):$$PATH torchrun --standalone --nproc_per_node=2 examples/common_mistakes/step01_small_model_scaled_out.py 2>/dev/null > benchmarks/common-mistakes-small-model-cpu.txt
-	PATH=$(BIN):$$PATH torchrun --standalone --nproc_per_node=2 examples/common_mistakes/step02_workers_instead_of_accumulation.py 2>/dev/null > benchmarks/common-mistakes-accumulation-cpu.txt
-	$(BIN)/distdocs bench recovery --repeat 5 --save benchmarks/recovery-cpu
-	PATH=$(BIN):$$PATH torchrun --standalone --nproc_per_node=2 examples/debugging/step01_slower_with_more_ranks.py 2>/dev/null > benchmarks/debugging-slower-cpu.txt
-	PATH=$(BIN):$$PATH torchrun --standalone --nproc_per_node=2 examples/debugging/step03_straggler.py 2>/dev/null > benchmarks/debugging-straggler-cpu.txt
-	PATH=$(BIN):$$PATH torchrun --standalone --nproc_per_node=2 examples/debugging/step06_data_loading.py 2>/dev/null > benchmarks/debugging-data-loading-cpu.txt
-	( echo "# $$(uname -m), $$(nproc) cores, torch $$($(BIN)/python -c 'import torch; print(torch.__version__)'), $$(date +%F)"; \
-	  PATH=$(BIN):$$PATH TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 torchrun --standalone --nproc_per_node=2 --max-restarts=1 \
-	    examples/fault_tolerance/step01_resume_after_kill.py --kill-rank 1 --kill-at-step 13 --ckpt-dir $$(mktemp -d) 2>/dev/null ) \
-	  > benchmarks/fault-tolerance-cpu.txt
+	$(BIN)/python -m tools.saved_data run bench
 
 # Twenty kill points of the fault-tolerant example, drawn at random, each resumed to the same weights.
 soak: $(STAMP)
@@ -102,7 +79,7 @@ soak: $(STAMP)
 # counting the launches in which a rank aborted at exit. Saved with the machine to benchmarks/exits-cpu.*;
 # about an hour and a half on 2 cores. `make test` checks every run's exit directly (docexec/exit_probe).
 exit-soak: $(STAMP)
-	PATH=$(BIN):$$PATH $(BIN)/distdocs bench exits --save benchmarks/exits-cpu
+	$(BIN)/python -m tools.saved_data run exits-cpu
 
 # The browser test drives Debian's chromium through Playwright's Python package. Never run
 # `playwright install`: it downloads a browser, which this network does not allow.

@@ -1,0 +1,66 @@
+"""The one list of saved data (benchmarks/saved-data.yml) is complete and true: every file under
+benchmarks/ and docs/assets/ has exactly one entry, every entry's files exist, `make bench` runs from
+it, each command writes the files its entry names, and the pages and tests that read a file are the
+ones its entry lists."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from docexec.fences import DOCS, REPO
+from tools.saved_data import FOLDERS, LIST, artefacts
+
+pytestmark = pytest.mark.fast  # the test tier: see the testing page
+
+ARTEFACTS = artefacts()
+TARGETS = {"bench", "audit", "exit-soak", "by hand"}
+
+
+def readers(artefact, candidates) -> set[str]:
+    """The files among `candidates` that name one of the artefact's files, or the artefact itself as
+    a quoted name (as `saved("allreduce-cpu")` does)."""
+    names = [re.escape(f.split("/")[-1]) for f in artefact.files] + [f'"{re.escape(artefact.name)}"']
+    pattern = re.compile("|".join(names))
+    return {str(p.relative_to(REPO)) for p in candidates if pattern.search(p.read_text())}
+
+
+def test_every_saved_file_has_one_entry_and_every_entry_its_files():
+    listed = [f for a in ARTEFACTS for f in a.files]
+    assert len(listed) == len(set(listed)), "a file is listed twice"
+    on_disk = {str(p.relative_to(REPO)) for folder in FOLDERS for p in (REPO / folder).iterdir() if p.is_file()}
+    on_disk.discard(str(LIST.relative_to(REPO)))
+    assert sorted(on_disk - set(listed)) == [], f"files without an entry in {LIST.name}"
+    assert sorted(set(listed) - on_disk) == [], "entries whose files are missing"
+    assert len({a.name for a in ARTEFACTS}) == len(ARTEFACTS)
+
+
+@pytest.mark.parametrize("artefact", ARTEFACTS, ids=[a.name for a in ARTEFACTS])
+def test_each_entry_says_how_its_files_are_made(artefact):
+    assert artefact.target in TARGETS, artefact.target
+    if artefact.target == "by hand":
+        assert artefact.note and not artefact.commands
+        return
+    assert artefact.commands
+    made = " ".join(artefact.commands)
+    # A saved table and its data come from one --save PREFIX; everything else is named outright.
+    prefixes = re.findall(r"--save (\S+)", made)
+    for file in artefact.files:
+        written = file in made or any(file.startswith(p + ".") for p in prefixes)
+        assert written or artefact.target != "bench", f"{artefact.name}: no command writes {file}"
+
+
+@pytest.mark.parametrize("artefact", ARTEFACTS, ids=[a.name for a in ARTEFACTS])
+def test_the_pages_and_tests_that_read_a_file_are_the_ones_its_entry_lists(artefact):
+    pages = [p for p in DOCS.rglob("*") if p.suffix in (".md", ".py")]
+    assert readers(artefact, pages) == set(artefact.pages), f"{artefact.name}: pages"
+    tests = [p for p in (REPO / "tests").glob("*.py") if p.name != "test_saved_data.py"]
+    assert readers(artefact, tests) == set(artefact.tests), f"{artefact.name}: tests"
+
+
+def test_make_bench_runs_from_the_list():
+    makefile = (REPO / "Makefile").read_text()
+    recipe = re.search(r"^bench: .*\n((?:\t.*\n)+)", makefile, re.M)
+    assert recipe and recipe.group(1).strip() == "$(BIN)/python -m tools.saved_data run bench", recipe
+    assert "--save benchmarks/" not in makefile.replace(recipe.group(0), ""), "a measurement outside the list"
