@@ -118,7 +118,7 @@ def browser():
 
 
 def pytest_terminal_summary(terminalreporter):
-    """5f: say how much of the docs this run executed."""
+    """Say how much of the docs this run executed: the closing line that the README and the testing page quote."""
     counts: Counter[str] = Counter()
     for report in terminalreporter.stats.get("passed", []):
         if report.when != "call":

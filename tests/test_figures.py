@@ -4,6 +4,7 @@ pages say of it."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -85,3 +86,17 @@ def test_in_production_chart_draws_the_pages_sim_commands_and_supports_its_alt_t
     # micro-batch per step gives about 4x at 8 ranks, and 4 micro-batches bring it closest to the ideal"
     assert at2[0] < 1 and cpu == min(at8) and cpu_k4 > cpu
     assert 3.5 <= pcie <= 4.5 and pcie_k4 == max(at8)
+
+
+@pytest.mark.fast
+def test_the_figures_are_compared_with_the_locked_matplotlib():
+    """The saved SVGs are compared byte for byte with what matplotlib draws now, which holds only for
+    the version they were drawn with: requirements.lock's, the one set of packages the tests support
+    (the testing page says so). Under another, this says why the figure tests fail; `make bench`
+    redraws the figures."""
+    import matplotlib
+
+    locked = re.search(r"^matplotlib==(\S+)", (REPO / "requirements.lock").read_text(), re.M).group(1)
+    assert matplotlib.__version__ == locked, (
+        f"matplotlib {matplotlib.__version__} is installed, the lock pins {locked}: install requirements.lock"
+    )

@@ -9,6 +9,7 @@ import html.parser
 import re
 import sys
 import urllib.parse
+from pathlib import Path
 
 import pytest
 
@@ -141,3 +142,31 @@ def test_no_page_loads_anything_from_another_host(site_dir):
         for url in re.findall(r"(?:https?:)?//[\w.-]+/[^\s\"'`]*\.m?js\b", script)
     ]
     assert not imports, imports
+
+
+# Each override of a Material partial: the one change it makes to Material's own file.
+OVERRIDES = {
+    "search.html": (
+        '<div class="md-search" data-md-component="search" role="dialog">',
+        '<div class="md-search" data-md-component="search" role="dialog" aria-label="{{ lang.t(\'search\') }}">',
+    ),
+    "source.html": (' class="md-source" data-md-component="source">', ' class="md-source">'),
+}
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("name", OVERRIDES)
+def test_each_theme_override_is_materials_partial_with_its_one_change(name):
+    """overrides/partials/ copies two of Material's partials to change one line each (a name for the
+    search dialog, which axe asks for; a repository link that fetches nothing). When a Material
+    upgrade changes its partial, this fails, so that the copy is redone rather than silently kept."""
+    import material
+
+    def without_leading_comment(text: str) -> str:
+        return re.sub(r"\A\{#-.*?-#\}\n", "", text, flags=re.S)
+
+    theirs = without_leading_comment((Path(material.__file__).parent / "templates/partials" / name).read_text())
+    ours = without_leading_comment((REPO / "overrides/partials" / name).read_text())
+    before, after = OVERRIDES[name]
+    assert theirs.count(before) == 1, f"Material's {name} changed: redo overrides/partials/{name}"
+    assert ours == theirs.replace(before, after), f"overrides/partials/{name} differs from Material's by more"
