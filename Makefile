@@ -42,7 +42,7 @@ audit: build chromium
 # in a row pass there.
 TEST_WORKERS ?= 0
 test: $(STAMP) chromium
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
 # The editing loop: every test that needs no process group, no torchrun, no browser and no site build
 # (the `fast` tier: classifier, calculators, figures, saved-data claims, the pages' structure), in under

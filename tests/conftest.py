@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from docexec.commands import CommandRuns, command_env, run_command
+from docexec.commands import CommandRuns, command_env, file_lock, run_command
 from docexec.fences import REPO
 from tools.browser import CHROMIUM, launch_chromium, serve_directory
 
@@ -84,16 +84,29 @@ def pytest_runtest_protocol(item, nextitem):
             sink.write(json.dumps(line) + "\n")
 
 
-@pytest.fixture(scope="session")
-def site_dir(tmp_path_factory) -> Path:
-    """The site, built once per session by `mkdocs build --strict` with no warning; every test_site_*
-    module reads it (under pytest-xdist they share one worker: see pytest_collection_modifyitems)."""
-    out = tmp_path_factory.mktemp("site")
+def build_site(out: Path) -> None:
     env = command_env(gpu=False) | {"NO_MKDOCS_2_WARNING": "1"}  # Material's banner about its successor
     result = run_command(f"mkdocs build --strict --site-dir {out}", timeout_s=180, cwd=REPO, env=env)
     assert result.returncode == 0, result.describe()
     warnings = [ln for ln in result.stderr.splitlines() if ln.startswith("WARNING")]
     assert not warnings, warnings
+
+
+@pytest.fixture(scope="session")
+def site_dir(tmp_path_factory) -> Path:
+    """The site, built once per run by `mkdocs build --strict` with no warning; every test_site_* module
+    reads it. Under pytest-xdist the first worker to need it builds it under a lock, in the folder the
+    workers share, and the others wait for it and read the same files."""
+    shared = shared_folder(tmp_path_factory)
+    if shared is None:
+        out = tmp_path_factory.mktemp("site")
+        build_site(out)
+        return out
+    out, done = shared / "site", shared / "site.built"
+    with file_lock(shared / "site.lock"):
+        if not done.exists():
+            build_site(out)
+            done.touch()
     return out
 
 
@@ -144,13 +157,14 @@ def pytest_terminal_summary(terminalreporter):
 TIERS = ("fast", "processes", "site")  # pyproject.toml says what each means; the testing page, why
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own, which reads the xdist_group markers added here
 def pytest_collection_modifyitems(config, items):
     """Every test is in exactly one tier, or the collection fails. The pages' inline python fences
     (collected by pytest-markdown-docs from docs/) are small in-process blocks: the fast tier.
 
-    Under pytest-xdist (`--dist loadgroup`), the site's tests share one build and one browser in one
-    worker; they go first, because together they take longest."""
+    The site's tests go first: pytest-xdist hands each worker a first chunk of consecutive tests (a
+    quarter of its share), so one worker gets them all, with one build and one browser, and starts the
+    longest of them early. (pytest-xdist 3.8's --dist loadgroup does not group on pytest 9.2, whose
+    node ids it cannot rewrite; site_dir shares one build across workers in any case.)"""
     untiered = []
     for item in items:
         if item.nodeid.startswith("docs/"):
@@ -158,8 +172,6 @@ def pytest_collection_modifyitems(config, items):
         tiers = {m.name for m in item.iter_markers() if m.name in TIERS}
         if len(tiers) != 1 and item.get_closest_marker("upstream") is None:
             untiered.append(f"{item.nodeid}: {', '.join(sorted(tiers)) or 'no tier'}")
-        if item.get_closest_marker("site"):
-            item.add_marker(pytest.mark.xdist_group("site"))
     items.sort(key=lambda item: item.get_closest_marker("site") is None)  # stable: the rest keep their order
     if untiered:
         raise pytest.UsageError(

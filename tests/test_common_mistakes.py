@@ -1,8 +1,9 @@
 """The common-mistakes examples show the bad outcome and the fix. Their self-checks assert what holds
-everywhere (the same weights, the bytes synced); these tests assert the outcomes the page describes.
-
-Rates are timings, so each outcome is asserted with a wide margin that the examples are built for:
-the mistake's step is dominated by a sync many times its computation, the fix's by computation."""
+everywhere (the same weights, the bytes synced), and the tests below run them and check those parts.
+The outcomes the page describes are rates, which move with the machine's load (and under parallel
+test workers, with the other tests), so they are asserted on the saved runs that the page shows
+(`make bench` saves them), with the margins the examples are built for: the mistake's step is
+dominated by a sync many times its computation, the fix's by computation."""
 
 from __future__ import annotations
 
@@ -25,24 +26,21 @@ def _two_rank_rates(stdout: str) -> dict[str, float]:
     return {m[1]: float(m[2].replace(",", "")) for m in map(RATE.match, stdout.splitlines()) if m}
 
 
+BYTES = re.compile(r"^(mistake|fix): .* ([\d,]+) bytes synced$")
+
+
 @pytest.mark.processes
-def test_small_model_two_ranks_lose_to_one_process_until_each_rank_has_work(command_runs):
+def test_small_model_example_reports_both_settings_and_passes_its_self_check(command_runs):
     out = command_runs.run_ok(example_command(MISTAKES / "step01_small_model_scaled_out.py")).stdout
-    ratio = _ratios(out)
-    # Designed: 16 samples a rank make each step mostly all_reduce latency (typically 0.2-0.5x);
-    # 2048 samples a rank make it mostly matmuls (typically 1.3-1.5x on 2 cores).
-    assert ratio["mistake"] < 0.9, out
-    assert ratio["fix"] > 1.5 * ratio["mistake"], out
+    assert set(_ratios(out)) == {"mistake", "fix"} and "self-check passed" in out.splitlines(), out
 
 
 @pytest.mark.processes
-def test_accumulation_beats_syncing_every_micro_batch_on_a_sync_bound_loop(command_runs):
+def test_accumulation_example_syncs_8_times_fewer_bytes_for_the_same_samples(command_runs):
     out = command_runs.run_ok(example_command(MISTAKES / "step02_workers_instead_of_accumulation.py")).stdout
-    ratio, rate = _ratios(out), _two_rank_rates(out)
-    # Designed: 16 MiB synced per 8-sample micro-batch gains little from a second rank (typically
-    # 0.6-1.0x); syncing every 8 micro-batches typically more than doubles the two ranks' rate.
-    assert ratio["mistake"] < 1.3, out
-    assert rate["fix"] > 1.5 * rate["mistake"], out
+    synced = {m[1]: int(m[2].replace(",", "")) for m in map(BYTES.match, out.splitlines()) if m}
+    assert synced["mistake"] == 8 * synced["fix"], out  # counted bytes, the same on any machine
+    assert set(_two_rank_rates(out)) == {"mistake", "fix"} and "self-check passed" in out.splitlines(), out
 
 
 @pytest.mark.processes
@@ -59,9 +57,15 @@ def test_a_killed_rank_costs_every_step_without_checkpoints_and_few_with_them(co
 def test_saved_runs_show_what_the_page_says():
     small = _ratios((REPO / "benchmarks/common-mistakes-small-model-cpu.txt").read_text())
     assert small["mistake"] < 1 < small["fix"]  # "two ranks train slower than one process"; the fix is faster
+    # Designed: 16 samples a rank make each step mostly all_reduce latency (typically 0.2-0.5x); 2048
+    # samples a rank make it mostly matmuls (typically 1.3-1.5x on 2 cores).
+    assert small["mistake"] < 0.9 and small["fix"] > 1.5 * small["mistake"]
     saved = (REPO / "benchmarks/common-mistakes-accumulation-cpu.txt").read_text()
-    rate = _two_rank_rates(saved)
+    rate, ratio = _two_rank_rates(saved), _ratios(saved)
     assert rate["fix"] > rate["mistake"]  # "the two ranks pull ahead"
+    # Designed: 16 MiB synced per 8-sample micro-batch gains little from a second rank (typically
+    # 0.6-1.0x); syncing every 8 micro-batches typically more than doubles the two ranks' rate.
+    assert ratio["mistake"] < 1.3 and rate["fix"] > 1.5 * rate["mistake"]
     for text in (saved, (REPO / "benchmarks/common-mistakes-small-model-cpu.txt").read_text()):
         assert text.startswith("# ") and "cores, torch" in text.splitlines()[0]  # the machine is recorded
 
