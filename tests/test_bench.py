@@ -10,7 +10,8 @@ import pytest
 
 from distdocs import cli
 from distdocs.bench import allreduce, buckets, ddp, exits, pipeline, precision, prediction, recovery, scaling
-from distdocs.bench.harness import UsageError, median_after_warmup, parse_size
+from distdocs.bench.harness import median_after_warmup
+from distdocs.cli import UsageError, parse_size
 from distdocs.costmodel import Network
 
 from docexec.fences import REPO
@@ -223,7 +224,7 @@ def test_scaling_bench_splits_each_step_and_measures_speedup_against_one_rank():
 @pytest.mark.processes
 def test_recovery_bench_times_each_phase_from_the_kill_to_training_again():
     (r,) = recovery.main(
-        cli.build_parser().parse_args(
+        cli.build_parser("recovery").parse_args(
             ["bench", "recovery", "--repeat", "1", "--kill-at-step", "6", "--example", str(REPO / recovery.EXAMPLE)]
         )
     )

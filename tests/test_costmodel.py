@@ -3,6 +3,8 @@ values, the fit against timings made from known α and β, and bad input."""
 
 import json
 import math
+import subprocess
+import sys
 
 import pytest
 
@@ -199,3 +201,21 @@ def test_what_the_production_page_says_of_its_recommendation_model():
         work, network = from_scaling(records, "sync-bound", k)
         speedup_at_8[k] = simulate(work, [1, 8], network)[1].speedup
     assert speedup_at_8[4] > speedup_at_8[1]  # "what lifts the speedup at 8 ranks"
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("argv", [["--help"], ["sim", "--help"], ["memory", "--params", "7B"], ["bench", "--help"]])
+def test_the_command_line_imports_torch_only_for_a_benchmark(argv):
+    """`distdocs --help`, the calculators and the list of benchmarks answer at once (torch alone takes
+    over a second to import on 2 cores): only `distdocs bench NAME` imports NAME's module, and torch."""
+    probe = (
+        "import sys\n"
+        "from distdocs import cli\n"
+        "try:\n"
+        f"    cli.main({argv!r})\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "print('torch imported' if 'torch' in sys.modules else 'no torch', file=sys.stderr)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert result.stderr.strip().splitlines()[-1] == "no torch", result.stderr

@@ -77,7 +77,7 @@ def test_in_production_chart_draws_the_pages_sim_commands_and_supports_its_alt_t
     at8, at2 = [], []
     for line in re.findall(r"^\s*distdocs (sim .*)$", page, re.M):
         args = cli.build_parser().parse_args(shlex.split(line))
-        work, network, _ = cli._sim_inputs(args)
+        work, network, _ = cli.sim_inputs(args)
         steps = costmodel.simulate(work, [1, 2, 8], network, args.algorithm)
         at2.append(steps[1].speedup)
         at8.append(steps[2].speedup)

@@ -9,7 +9,45 @@ import math
 import sys
 
 from distdocs import __version__
-from distdocs.bench.harness import UsageError
+
+# Argument handling, shared with the benchmarks' own flags (distdocs.bench.*.add_arguments and main):
+# bad input becomes one line on stderr and exit code 2. Nothing here imports torch, so that `distdocs
+# --help` and the calculators answer at once.
+SUFFIXES = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+
+class UsageError(ValueError):
+    """Bad command-line input: `distdocs` prints it as one line and exits with code 2."""
+
+
+def require(ok: bool, message: str) -> None:
+    """Raise a UsageError with `message` unless `ok`."""
+    if not ok:
+        raise UsageError(message)
+
+
+def parse_size(text: str) -> int:
+    """'256K', '4M', '1G' (binary: K = 1024) or plain bytes, to a byte count that is a multiple of 4."""
+    t = text.strip().upper().removesuffix("B").removesuffix("I")
+    scale = SUFFIXES.get(t[-1:], 1)
+    number = t[:-1] if t[-1:] in SUFFIXES else t
+    ok = number.isdigit() and int(number) * scale >= 4 and int(number) * scale % 4 == 0
+    require(ok, f"bad size {text!r}: use bytes (a multiple of 4) or 256K, 4M, 1G (binary units)")
+    return int(number) * scale
+
+
+def parse_list(text: str, kind: type, what: str, minimum: float = 1) -> list:
+    """'1,2,4' to [1, 2, 4], each of type `kind` and at least `minimum`; else a UsageError."""
+    try:
+        values = [kind(v) for v in text.split(",")]
+    except ValueError:
+        values = []
+    require(
+        bool(values) and all(v >= minimum for v in values),
+        f"{what} must be a comma-separated list of numbers of at least {minimum}, not {text!r}",
+    )
+    return values
+
 
 # `distdocs bench NAME` runs distdocs.bench.NAME; a new benchmark is a module plus a line here.
 BENCHMARKS = {
@@ -87,10 +125,9 @@ def cmd_memory(args: argparse.Namespace) -> int:
     return 0
 
 
-def _sim_inputs(args: argparse.Namespace):
+def sim_inputs(args: argparse.Namespace):
     """The workload and network that `distdocs sim` flags describe, and a note on where they came from."""
     from distdocs import costmodel
-    from distdocs.bench.harness import require
 
     if args.measured:
         require(args.model is not None, "--measured needs --model: compute-bound or sync-bound")
@@ -133,11 +170,10 @@ def _sim_inputs(args: argparse.Namespace):
 
 def cmd_sim(args: argparse.Namespace) -> int:
     from distdocs import costmodel
-    from distdocs.bench.harness import parse_list, require
 
     require(args.accumulation >= 1, f"--accumulation must be at least 1, not {args.accumulation}")
     try:
-        work, network, note = _sim_inputs(args)
+        work, network, note = sim_inputs(args)
         steps = costmodel.simulate(work, parse_list(args.world_sizes, int, "--world-sizes"), network, args.algorithm)
     except ValueError as e:
         raise UsageError(str(e)) from None
@@ -174,7 +210,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(benchmark: str | None = None) -> argparse.ArgumentParser:
+    """The whole command line. Each benchmark's own flags come from its module, which imports torch;
+    only `benchmark`'s module is imported (None: none), so that everything else answers at once."""
     parser = argparse.ArgumentParser(
         prog="distdocs", description="Tools behind the distdocs guide to distributed training."
     )
@@ -234,7 +272,10 @@ def build_parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", help="benchmarks, measured side by side in one run")
     bench_sub = bench.add_subparsers(dest="benchmark", metavar="BENCHMARK", required=True)
     for name, help_text in BENCHMARKS.items():
-        one = bench_sub.add_parser(name, help=help_text)
+        one = bench_sub.add_parser(name, help=help_text, description=help_text)
+        one.set_defaults(func=cmd_bench)
+        if name != benchmark:
+            continue
         module = importlib.import_module(f"distdocs.bench.{name}")
         module.add_arguments(one)
         if hasattr(module, "plot"):
@@ -243,12 +284,15 @@ def build_parser() -> argparse.ArgumentParser:
         one.add_argument(
             "--save", metavar="PREFIX", help="also write PREFIX.json and PREFIX.txt (the data the pages quote)"
         )
-        one.set_defaults(func=cmd_bench)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    # `distdocs bench NAME ...`: NAME's module adds its flags; any other command imports no benchmark.
+    words = [a for a in argv if not a.startswith("-")]
+    benchmark = words[1] if len(words) >= 2 and words[0] == "bench" and argv[0] == "bench" else None
+    parser = build_parser(benchmark if benchmark in BENCHMARKS else None)
     args = parser.parse_args(argv)
     if not hasattr(args, "func"):
         parser.print_help()
@@ -261,4 +305,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    # `python -m distdocs.cli` runs this file as __main__; the benchmarks raise distdocs.cli's UsageError,
+    # so run that module's main, not this copy's.
+    from distdocs.cli import main as cli_main
+
+    raise SystemExit(cli_main())

@@ -252,7 +252,7 @@ def sim_commands(page: str) -> str:
     curves = {}
     for line in re.findall(r"^\s*distdocs (sim .*)$", page, re.M):
         args = cli.build_parser().parse_args(shlex.split(line))
-        work, network, _ = cli._sim_inputs(args)
+        work, network, _ = cli.sim_inputs(args)
         sizes = [int(n) for n in args.world_sizes.split(",")]
         where = "2-core CPU, calibrated" if args.measured else network.name
         curves[f"{where}, accumulation {args.accumulation}"] = costmodel.simulate(work, sizes, network, args.algorithm)

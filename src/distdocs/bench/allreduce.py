@@ -22,15 +22,8 @@ import statistics
 import torch
 import torch.distributed as dist
 
-from distdocs.bench.harness import (
-    WARMUP,
-    machine_line,
-    median_after_warmup,
-    parse_list,
-    parse_size,
-    require,
-    slowest_rank_seconds,
-)
+from distdocs.bench.harness import WARMUP, machine_line, median_after_warmup, slowest_rank_seconds
+from distdocs.cli import parse_list, parse_size, require
 from distdocs.collectives import check_same_tensor_everywhere, naive_allreduce, ring_allreduce, tree_allreduce
 from distdocs.world import World
 

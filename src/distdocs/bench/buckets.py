@@ -9,15 +9,8 @@ import contextlib
 
 import torch
 
-from distdocs.bench.harness import (
-    WARMUP,
-    machine_line,
-    median_after_warmup,
-    mlp,
-    parse_list,
-    require,
-    slowest_rank_seconds,
-)
+from distdocs.bench.harness import WARMUP, machine_line, median_after_warmup, mlp, slowest_rank_seconds
+from distdocs.cli import parse_list, require
 from distdocs.world import World
 
 

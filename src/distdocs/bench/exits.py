@@ -18,7 +18,8 @@ import sys
 import time
 from pathlib import Path
 
-from distdocs.bench.harness import machine_line, require
+from distdocs.bench.harness import machine_line
+from distdocs.cli import require
 
 # Each example as PATH:RANKS[:FLAGS]: the ones that aborted at exit before the fix, and one of each
 # other kind that holds a process group (torch's DDP, tensor parallelism, pipelining, DeepSpeed ZeRO-3).

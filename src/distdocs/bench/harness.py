@@ -17,40 +17,6 @@ from distdocs.timing import slowest_rank_seconds  # noqa: F401  (every benchmark
 # Untimed iterations before the timed ones, in every benchmark: the first steps allocate buffers,
 # connect gloo's pairs and warm caches.
 WARMUP = 2
-SUFFIXES = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-
-
-class UsageError(ValueError):
-    """Bad command-line input: `distdocs` prints it as one line and exits with code 2."""
-
-
-def require(ok: bool, message: str) -> None:
-    """Raise a UsageError with `message` unless `ok`."""
-    if not ok:
-        raise UsageError(message)
-
-
-def parse_size(text: str) -> int:
-    """'256K', '4M', '1G' (binary: K = 1024) or plain bytes, to a byte count that is a multiple of 4."""
-    t = text.strip().upper().removesuffix("B").removesuffix("I")
-    scale = SUFFIXES.get(t[-1:], 1)
-    number = t[:-1] if t[-1:] in SUFFIXES else t
-    ok = number.isdigit() and int(number) * scale >= 4 and int(number) * scale % 4 == 0
-    require(ok, f"bad size {text!r}: use bytes (a multiple of 4) or 256K, 4M, 1G (binary units)")
-    return int(number) * scale
-
-
-def parse_list(text: str, kind: type, what: str, minimum: float = 1) -> list:
-    """'1,2,4' to [1, 2, 4], each of type `kind` and at least `minimum`; else a UsageError."""
-    try:
-        values = [kind(v) for v in text.split(",")]
-    except ValueError:
-        values = []
-    require(
-        bool(values) and all(v >= minimum for v in values),
-        f"{what} must be a comma-separated list of numbers of at least {minimum}, not {text!r}",
-    )
-    return values
 
 
 def machine_info() -> dict:

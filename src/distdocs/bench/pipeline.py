@@ -15,7 +15,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from distdocs.bench.harness import WARMUP, machine_line, median_after_warmup, parse_list, require
+from distdocs.bench.harness import WARMUP, machine_line, median_after_warmup
+from distdocs.cli import parse_list, require
 from distdocs.pipeline import BusyTimer, bubble_fraction, gpipe_step
 from distdocs.world import World
 

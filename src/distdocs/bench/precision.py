@@ -8,7 +8,8 @@ import argparse
 import torch
 from torch import nn
 
-from distdocs.bench.harness import WARMUP, machine_line, median_after_warmup, mlp, require, slowest_rank_seconds
+from distdocs.bench.harness import WARMUP, machine_line, median_after_warmup, mlp, slowest_rank_seconds
+from distdocs.cli import require
 from distdocs.world import World
 
 MODES = {"float32": None, "bfloat16 autocast": torch.bfloat16}

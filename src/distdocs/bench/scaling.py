@@ -16,13 +16,8 @@ import os
 
 import torch
 
-from distdocs.bench.harness import (
-    WARMUP,
-    machine_line,
-    mlp,
-    parse_list,
-    require,
-)
+from distdocs.bench.harness import WARMUP, machine_line, mlp
+from distdocs.cli import parse_list, require
 from distdocs.timing import step_and_compute_seconds
 from distdocs.world import World
 
