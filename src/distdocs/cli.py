@@ -272,7 +272,7 @@ def build_parser(benchmark: str | None = None) -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", help="benchmarks, measured side by side in one run")
     bench_sub = bench.add_subparsers(dest="benchmark", metavar="BENCHMARK", required=True)
     for name, help_text in BENCHMARKS.items():
-        one = bench_sub.add_parser(name, help=help_text, description=help_text)
+        one = bench_sub.add_parser(name, help=help_text)
         one.set_defaults(func=cmd_bench)
         if name != benchmark:
             continue

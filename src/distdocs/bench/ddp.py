@@ -8,7 +8,7 @@ import argparse
 import torch
 from torch import nn
 
-from distdocs.bench.harness import WARMUP, machine_line, median_after_warmup, slowest_rank_seconds
+from distdocs.bench.harness import WARMUP, machine_line, median_after_warmup, mlp, slowest_rank_seconds, table
 from distdocs.cli import require
 from distdocs.world import World
 
@@ -29,17 +29,8 @@ def _ddp_step_times(rank: int, world_size: int, batch: int, width: int, steps: i
 
     from distdocs.ddp import BucketedDDP
 
-    def make():
-        torch.manual_seed(0)
-        return nn.Sequential(
-            nn.Linear(width, width),
-            nn.ReLU(),
-            nn.Linear(width, width),
-            nn.ReLU(),
-            nn.Linear(width, width),
-            nn.ReLU(),
-            nn.Linear(width, 10),
-        )
+    def make():  # the same weights each time: mlp seeds, and the head draws after it
+        return nn.Sequential(*mlp(width, 3), nn.Linear(width, 10))
 
     g = torch.Generator().manual_seed(rank)
     data = [
@@ -82,12 +73,11 @@ def bench_ddp(batch: int = 256, width: int = 1024, steps: int = 10) -> list[dict
 
 def format_table(records: list[dict], machine: dict) -> str:
     r0 = records[0]
-    lines = [
+    return table(
         machine_line(machine, f"2 ranks, MLP width {r0['width']}, batch {r0['batch_per_rank']} per rank"),
-        f"{'impl':>12} {'step (ms)':>10} {'samples/s':>10} {'vs torch DDP':>13}",
-    ]
-    for r in records:
-        lines.append(
-            f"{r['impl']:>12} {r['step_s'] * 1e3:>10.1f} {r['samples_per_s']:>10.0f} {r['ratio_vs_torch']:>12.2f}x"
-        )
-    return "\n".join(lines)
+        [("impl", 12), ("step (ms)", 10), ("samples/s", 10), ("vs torch DDP", 13)],
+        [
+            [r["impl"], f"{r['step_s'] * 1e3:.1f}", f"{r['samples_per_s']:.0f}", f"{r['ratio_vs_torch']:.2f}x"]
+            for r in records
+        ],
+    )

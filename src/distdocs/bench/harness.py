@@ -60,6 +60,22 @@ def mlp(width: int, depth: int, activation: type[nn.Module] = nn.ReLU) -> nn.Seq
     return nn.Sequential(*[m for _ in range(depth) for m in (nn.Linear(width, width), activation())])
 
 
+def add_step_flags(parser) -> None:
+    """The flags of the benchmarks that time DDP steps with and without accumulation (scaling, prediction)."""
+    parser.add_argument("--accumulation", default="1,4", help="micro-batches per step, comma-separated (default: 1,4)")
+    parser.add_argument("--steps", type=int, default=8, help="timed steps per setting (default: 8)")
+
+
+def table(title: str, columns: list[tuple[str, int]], rows: list[list[str]]) -> str:
+    """A saved table: its title (machine_line), a header, then the rows; every cell right-aligned to its
+    column's width, one space apart. Each benchmark's format_table gives its columns and cells."""
+
+    def line(cells: list[str]) -> str:
+        return " ".join(f"{cell:>{width}}" for cell, (_, width) in zip(cells, columns, strict=True))
+
+    return "\n".join([title, line([name for name, _ in columns]), *(line(row) for row in rows)])
+
+
 def save(prefix: str, machine: dict, records: list[dict], table: str) -> None:
     """Write PREFIX.json ({machine, records}) and PREFIX.txt (the table the pages include)."""
     with open(f"{prefix}.json", "w") as f:

@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from distdocs.bench.harness import WARMUP, machine_line, median_after_warmup
+from distdocs.bench.harness import WARMUP, machine_line, median_after_warmup, table
 from distdocs.cli import parse_list, require
 from distdocs.pipeline import BusyTimer, bubble_fraction, gpipe_step
 from distdocs.world import World
@@ -85,16 +85,14 @@ def bench_pipeline(counts: list[int], width: int = 1024, batch: int = 256, steps
 
 
 def format_table(records: list[dict], machine: dict) -> str:
-    lines = [
+    return table(
         machine_line(machine, f"2 stages, width {records[0]['width']}, batch {records[0]['batch']}"),
-        f"{'micro-batches':>13} {'bubble (theory)':>15} {'idle, stage 0':>13} {'idle, stage 1':>13}",
-    ]
-    for r in records:
-        lines.append(
-            f"{r['microbatches']:>13} {r['bubble_theory']:>15.3f} {r['idle_measured'][0]:>13.3f} "
-            f"{r['idle_measured'][1]:>13.3f}"
-        )
-    return "\n".join(lines)
+        [("micro-batches", 13), ("bubble (theory)", 15), ("idle, stage 0", 13), ("idle, stage 1", 13)],
+        [
+            [str(r["microbatches"]), f"{r['bubble_theory']:.3f}", *(f"{idle:.3f}" for idle in r["idle_measured"])]
+            for r in records
+        ],
+    )
 
 
 def plot(records: list[dict], machine: dict) -> str:

@@ -8,7 +8,7 @@ import argparse
 import torch
 from torch import nn
 
-from distdocs.bench.harness import WARMUP, machine_line, median_after_warmup, mlp, slowest_rank_seconds
+from distdocs.bench.harness import WARMUP, machine_line, median_after_warmup, mlp, slowest_rank_seconds, table
 from distdocs.cli import require
 from distdocs.world import World
 
@@ -90,13 +90,17 @@ def bench_precision(width: int = 1024, depth: int = 4, batch: int = 256, steps: 
 
 def format_table(records: list[dict], machine: dict) -> str:
     r0, mib = records[0], 1 << 20
-    lines = [
+    return table(
         machine_line(machine, f"2 ranks, MLP {r0['depth']} x {r0['width']}, batch {r0['batch_per_rank']} per rank"),
-        f"{'mode':>17} {'step (ms)':>10} {'vs float32':>10} {'activations (MiB)':>17} {'weight copies (MiB)':>19}",
-    ]
-    for r in records:
-        lines.append(
-            f"{r['mode']:>17} {r['step_s'] * 1e3:>10.1f} {r0['step_s'] / r['step_s']:>9.2f}x "
-            f"{r['activation_bytes'] / mib:>17.1f} {r['weight_copy_bytes'] / mib:>19.1f}"
-        )
-    return "\n".join(lines)
+        [("mode", 17), ("step (ms)", 10), ("vs float32", 10), ("activations (MiB)", 17), ("weight copies (MiB)", 19)],
+        [
+            [
+                r["mode"],
+                f"{r['step_s'] * 1e3:.1f}",
+                f"{r0['step_s'] / r['step_s']:.2f}x",
+                f"{r['activation_bytes'] / mib:.1f}",
+                f"{r['weight_copy_bytes'] / mib:.1f}",
+            ]
+            for r in records
+        ],
+    )

@@ -16,7 +16,7 @@ import argparse
 import statistics
 
 from distdocs.bench.allreduce import bench_allreduce
-from distdocs.bench.harness import machine_line
+from distdocs.bench.harness import add_step_flags, machine_line
 from distdocs.bench.scaling import MODELS, bench_scaling
 from distdocs.cli import parse_list, require
 from distdocs.costmodel import Network, fit_alpha_beta, step_time, workload_from_scaling
@@ -25,8 +25,7 @@ SWEEP_SIZES = [2**18, 2**20, 2**22, 2**24, 2**26]  # 256 KiB to 64 MiB, around t
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--accumulation", default="1,4", help="micro-batches per step, comma-separated (default: 1,4)")
-    parser.add_argument("--steps", type=int, default=8, help="timed steps per setting (default: 8)")
+    add_step_flags(parser)
     parser.add_argument(
         "--repeat", type=int, default=3, help="whole comparisons, each in fresh processes; medians kept (default: 3)"
     )

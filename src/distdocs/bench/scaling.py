@@ -16,7 +16,7 @@ import os
 
 import torch
 
-from distdocs.bench.harness import WARMUP, machine_line, mlp
+from distdocs.bench.harness import WARMUP, add_step_flags, machine_line, mlp
 from distdocs.cli import parse_list, require
 from distdocs.timing import step_and_compute_seconds
 from distdocs.world import World
@@ -27,8 +27,7 @@ MODELS = {"compute-bound": (256, 4, 1024), "sync-bound": (1024, 8, 8)}
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--world-sizes", default="1,2,4", help="comma-separated (default: 1,2,4)")
-    parser.add_argument("--accumulation", default="1,4", help="micro-batches per step, comma-separated (default: 1,4)")
-    parser.add_argument("--steps", type=int, default=8, help="timed steps per setting (default: 8)")
+    add_step_flags(parser)
     parser.add_argument(
         "--scale", type=float, default=1.0, help="shrink the models' widths by this factor, for a quick look"
     )
