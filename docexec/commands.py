@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from distdocs.doctor import command_line, pids, process_stat
+
 from docexec.fences import REPO
 
 COMMAND_TIMEOUT_S = 180
@@ -73,20 +75,12 @@ class CommandResult:
 
 
 def session_members(sid: int) -> list[tuple[int, str]]:
-    """The live processes in session `sid` (Linux /proc), as (pid, command line)."""
+    """The live processes in session `sid` (Linux /proc), as (pid, command line); zombies are over."""
     members = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-            # Fields after the parenthesised command name: state ppid pgrp session ...
-            fields = stat.rsplit(")", 1)[1].split()
-            if fields[0] != "Z" and int(fields[3]) == sid:
-                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
-                members.append((int(entry.name), cmdline))
-        except (OSError, IndexError, ValueError):
-            continue
+    for pid in pids():
+        stat = process_stat(pid)
+        if stat is not None and stat.state != "Z" and stat.session == sid:
+            members.append((pid, command_line(pid)))
     return members
 
 

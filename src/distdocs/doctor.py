@@ -9,6 +9,7 @@ import platform
 import socket
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from distdocs import __version__
 
@@ -192,6 +193,28 @@ def can_bind(family: int, address: str) -> bool:
         return False
 
 
+class ProcessStat(NamedTuple):
+    state: str  # R, S, Z (a zombie: ended, not yet waited for), ...
+    ppid: int
+    pgrp: int
+    session: int
+
+
+def process_stat(pid: int) -> ProcessStat | None:
+    """The start of /proc/PID/stat (Linux), or None if there is no such process now. The fields that
+    follow the command name, which is in parentheses and may itself hold spaces and parentheses."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return ProcessStat(fields[0], int(fields[1]), int(fields[2]), int(fields[3]))
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def pids() -> list[int]:
+    """Every process id that /proc lists now."""
+    return [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()]
+
+
 def command_line(pid: int) -> str:
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
@@ -204,19 +227,19 @@ def stale_launchers() -> list[tuple[int, str]]:
     mine, pid = set(), os.getpid()
     while pid > 1:  # this process and its ancestors: a doctor run from a torchrun is not stale
         mine.add(pid)
-        try:
-            pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
+        stat = process_stat(pid)
+        if stat is None:
             break
+        pid = stat.ppid
     found = []
-    for proc in Path("/proc").glob("[0-9]*"):
-        command = command_line(int(proc.name))
+    for pid in pids():
+        command = command_line(pid)
         words = command.split()
         launcher = any(w.endswith("/torchrun") or w == "torchrun" for w in words[:2]) or (
             "torch.distributed.run" in words[:3] or "torch.distributed.launch" in words[:3]
         )
-        if launcher and int(proc.name) not in mine:
-            found.append((int(proc.name), command))
+        if launcher and pid not in mine:
+            found.append((pid, command))
     return sorted(found)
 
 
