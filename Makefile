@@ -36,11 +36,10 @@ pdf: build chromium
 audit: build chromium
 	$(BIN)/python -m tools.lighthouse_audit
 
-# TEST_WORKERS=3 runs three test processes side by side (pytest-xdist): most tests wait on the processes
-# they start, so three keep two cores busy; the site's tests stay together in one of them (one build,
-# one browser). The default, 0, runs everything in one process, as CI does until three parallel runs
-# in a row pass there.
-TEST_WORKERS ?= 0
+# Three test processes side by side (pytest-xdist): most tests wait at times on the processes they start,
+# so three keep two cores busy (docs/testing.md says what stays isolated). TEST_WORKERS=0 runs
+# everything in one process, which takes about half as long again.
+TEST_WORKERS ?= 3
 test: $(STAMP) chromium
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
