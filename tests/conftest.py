@@ -77,6 +77,7 @@ def pytest_runtest_protocol(item, nextitem):
     finally:
         line = {
             "test": item.nodeid,
+            "tier": next((m.name for m in item.iter_markers() if m.name in TIERS), ""),
             "cpu_s": round(_cpu_seconds() - cpu, 2),
             "wall_s": round(time.monotonic() - wall, 2),
         }

@@ -55,7 +55,7 @@ def test_each_entry_says_how_its_files_are_made(artefact):
 def test_the_pages_and_tests_that_read_a_file_are_the_ones_its_entry_lists(artefact):
     pages = [p for p in DOCS.rglob("*") if p.suffix in (".md", ".py")]
     assert readers(artefact, pages) == set(artefact.pages), f"{artefact.name}: pages"
-    tests = [p for p in (REPO / "tests").glob("*.py") if p.name != "test_saved_data.py"]
+    tests = list((REPO / "tests").glob("*.py"))
     assert readers(artefact, tests) == set(artefact.tests), f"{artefact.name}: tests"
 
 
@@ -64,3 +64,9 @@ def test_make_bench_runs_from_the_list():
     recipe = re.search(r"^bench: .*\n((?:\t.*\n)+)", makefile, re.M)
     assert recipe and recipe.group(1).strip() == "$(BIN)/python -m tools.saved_data run bench", recipe
     assert "--save benchmarks/" not in makefile.replace(recipe.group(0), ""), "a measurement outside the list"
+
+
+def test_the_readme_states_the_suites_time_from_the_saved_profile():
+    wall = re.search(r"^# wall (\d+) s", (REPO / "benchmarks/test-durations-cpu.txt").read_text(), re.M)
+    said = re.search(r"it takes about (\d+) minutes", " ".join((REPO / "README.md").read_text().split()))
+    assert wall and said and int(said.group(1)) == (int(wall.group(1)) + 30) // 60, "README: update the suite's time"

@@ -1,0 +1,71 @@
+"""Where the test suite's time goes, from a run with `--cpu-profile FILE` (tests/conftest.py).
+
+    make test PYTEST_ARGS="--cpu-profile /tmp/cpu.jsonl"      # note the wall time make test took
+    python -m tools.suite_profile /tmp/cpu.jsonl WALL_S > benchmarks/test-durations-cpu.txt
+
+On 2 cores the suite is bounded by the CPU its tests use (their own and their children's: torchrun,
+the ranks, Chromium), not by the sum of their wall times, which overlap when test workers run side by
+side. So the profile sorts by CPU seconds, by tier, by module and by test, and records the machine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+from collections import defaultdict
+from datetime import date
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or platform.machine()
+
+
+def profile(rows: list[dict], wall_s: float, top: int = 25) -> str:
+    import torch
+
+    cpu = sum(r["cpu_s"] for r in rows)
+    lines = [
+        f"# {cpu_model()}, {os.cpu_count()} cores, torch {torch.__version__}, {date.today().isoformat()}; "
+        f"make test with --cpu-profile, {len(rows)} tests",
+        f"# wall {wall_s:.0f} s ({wall_s // 60:.0f} min {wall_s % 60:.0f} s); CPU {cpu:.0f} s, "
+        f"{cpu / wall_s:.2f} cores busy on average",
+        "# a process's CPU counts when its parent waits for it: a command's when it ends, but a session's",
+        "# browser only at the end of the session (with the last test of its worker), and now and then a",
+        "# test carries the CPU of a helper process that ended while it ran",
+        "",
+        "CPU by tier:",
+    ]
+    for key, title in (("tier", None), ("module", "CPU by module:")):
+        if title:
+            lines += ["", title]
+        totals: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
+        for r in rows:
+            name = r.get("tier") or "?" if key == "tier" else r["test"].split("::")[0]
+            totals[name][0] += r["cpu_s"]
+            totals[name][1] += 1
+        for name, (seconds, count) in sorted(totals.items(), key=lambda kv: -kv[1][0]):
+            lines.append(f"  {seconds:8.1f} s  {seconds / cpu:6.1%}  {count:4d} tests  {name}")
+    lines += ["", f"the {top} tests that use the most CPU (s of CPU, s of wall):"]
+    for r in sorted(rows, key=lambda r: -r["cpu_s"])[:top]:
+        lines.append(f"  {r['cpu_s']:7.1f} {r['wall_s']:7.1f}  {r['test']}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2:
+        print("usage: python -m tools.suite_profile CPU_PROFILE.jsonl WALL_SECONDS", file=sys.stderr)
+        return 2
+    with open(argv[0]) as f:
+        rows = [json.loads(line) for line in f if line.strip()]
+    print(profile(rows, float(argv[1])))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
