@@ -20,7 +20,7 @@ TARGETS = {"bench", "audit", "exit-soak", "by hand"}
 
 def readers(artefact, candidates) -> set[str]:
     """The files among `candidates` that name one of the artefact's files, or the artefact itself as
-    a quoted name (as `saved("allreduce-cpu")` does)."""
+    a quoted name (as test_bench.py's `saved(NAME)` does)."""
     names = [re.escape(f.split("/")[-1]) for f in artefact.files] + [f'"{re.escape(artefact.name)}"']
     pattern = re.compile("|".join(names))
     return {str(p.relative_to(REPO)) for p in candidates if pattern.search(p.read_text())}
