@@ -53,3 +53,37 @@ def test_an_example_command_sees_only_the_distdocs_modules_examples_may_import()
     result = CommandRuns().run(probe)
     assert result.stdout.splitlines() == ["['step02_ring_allreduce.py']"], result.describe()
     assert "No module named 'distdocs.memory'" in result.stderr, result.describe()
+
+
+def _side_by_side(*calls):
+    """Run each call in its own thread, all at once, as parallel test workers would; their results."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(len(calls)) as pool:
+        return [f.result() for f in [pool.submit(call) for call in calls]]
+
+
+def test_workers_that_share_a_folder_run_a_command_once_and_share_its_result(tmp_path):
+    shared, counter = tmp_path / "shared", tmp_path / "runs"
+    command = f"echo run >> {counter}; sleep 1; echo done"
+    a, b = CommandRuns(shared), CommandRuns(shared)  # two workers' runners
+    first, second = _side_by_side(lambda: a.run(command), lambda: b.run(command))
+    assert counter.read_text().splitlines() == ["run"]  # it ran once
+    assert (first.stdout, first.pid) == (second.stdout, second.pid) == ("done\n", first.pid)
+
+
+def test_commands_that_fix_the_same_port_never_overlap_across_workers(tmp_path):
+    shared, log = tmp_path / "shared", tmp_path / "log"
+    # Two different commands that name one port, as two pages' torchrun lines with --master_port might.
+    commands = [f"echo start >> {log}; sleep 1; echo end >> {log} # --master_port=29599 {name}" for name in "ab"]
+    runners = [CommandRuns(shared), CommandRuns(shared)]
+    _side_by_side(*[lambda r=r, c=c: r.run(c) for r, c in zip(runners, commands)])
+    assert log.read_text().splitlines() == ["start", "end", "start", "end"]  # one after the other
+
+
+def test_a_process_left_by_one_command_is_not_blamed_on_another_running_beside_it(tmp_path):
+    runs = CommandRuns(tmp_path / "shared")
+    leaves, clean = "sleep 30 & sleep 1; echo left", "sleep 2; echo clean"
+    left, ok = _side_by_side(lambda: runs.run(leaves), lambda: CommandRuns(tmp_path / "shared").run(clean))
+    assert any("sleep 30" in p for p in left.leftovers), left.describe()
+    assert ok.leftovers == [] and ok.returncode == 0, ok.describe()
