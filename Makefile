@@ -34,7 +34,7 @@ pdf: build chromium
 # (the testing page shows them). Needs node; installs Lighthouse into .audit/ on first use. Not part of
 # `make test`: it takes minutes, and the scores move with the machine's load.
 audit: build chromium
-	$(BIN)/python -m tools.lighthouse_audit
+	$(BIN)/python -m tools.saved_data run audit
 
 # Three test processes side by side (pytest-xdist): most tests wait at times on the processes they start,
 # so three keep two cores busy (docs/testing.md says what stays isolated). TEST_WORKERS=0 runs
@@ -78,7 +78,7 @@ soak: $(STAMP)
 # counting the launches in which a rank aborted at exit. Saved with the machine to benchmarks/exits-cpu.*;
 # about an hour and a half on 2 cores. `make test` checks every run's exit directly (docexec/exit_probe).
 exit-soak: $(STAMP)
-	$(BIN)/python -m tools.saved_data run exits-cpu
+	$(BIN)/python -m tools.saved_data run exit-soak
 
 # The browser test drives Debian's chromium through Playwright's Python package. Never run
 # `playwright install`: it downloads a browser, which this network does not allow.

@@ -6,15 +6,23 @@ has one way to be checked; a block that no check covers fails the suite.
 **1. Classify the fences** (`docexec.fences`). `classify(page)` reads a Markdown page and returns its
 fences, each with a `kind`:
 
-- `include`: the block pulls in a section of an example (`--8<-- "data_parallel/step01...py:setup"`);
-  the example itself is run, as a whole.
+- `include`: the block pulls in a file or a section of one (`--8<-- "data_parallel/step01...py:setup"`);
+  an example is run as a whole by tests/test_examples.py; a saved table comes from `make bench`
+  (benchmarks/saved-data.yml); a module of `distdocs` is covered by its own tests.
 - `inline`: a small Python block; pytest-markdown-docs runs it in the test process.
 - `command`: a shell block of `torchrun`, `python` or `distdocs` lines; it is run exactly as written.
-- `output` and `excerpt`: a `text` block titled "Output" (all that the command above prints) or
-  "Excerpt" (lines among others, such as an error); they are compared with a fresh run.
+- `output` and `excerpt`: a `text` block titled "Output" (all that the command above prints on
+  stdout) or "Excerpt" (lines among others on stdout and stderr, such as an error), right after a
+  command fence; they are compared with that command's run.
 - `node command`: one of the commands two machines would run (`node="ADDRESS"`); tests run them
   together, each in a network namespace with that address.
-- `not executed`: under `<!-- not executed: REASON -->`, for `make` itself and installs. Keep rare.
+- `not executed`: under `<!-- not executed: REASON -->`, for `make` itself and installs. Keep rare:
+  tests/test_docs.py allows five.
+- `unverified`: none of the above. tests/test_docs.py fails while any fence is unverified.
+
+A command fence's info string may add settings: `exit="1" within="60"` (a command meant to fail, with
+its exit code and a bound in seconds), `busy_port="29500"` (a port held open while it runs). Under a
+content tab titled "GPU ..." a command runs only where CUDA is present.
 
 `all_fences()` covers every page, `all_examples()` every script under examples/, and
 `example_command(script)` is the launch line in an example's docstring.
@@ -22,12 +30,14 @@ fences, each with a `kind`:
 **2. Run commands as a reader would** (`docexec.commands`). `CommandRuns` runs each distinct command
 once per test session, in its own process session, with a hard timeout, and kills whatever it leaves.
 A command that names files under examples/ runs in an empty folder that holds copies of those files
-and nothing else of this repository, so that it passes only if the examples work when copied out.
-Every launched Python process loads an exit probe (`exit_probe/`) that reports a process group that
-outlived `destroy_process_group`, the cause of aborts at exit. Its checks fail the test with the
-run's report:
+and, of this repository, only the `distdocs` modules that examples may import (ALLOWED_IN_EXAMPLES),
+so that it passes only if the examples work when copied out. Every launched Python process loads an
+exit probe (`docexec/exit_probe/`) that reports a gloo process group that outlived
+`destroy_process_group`, the cause of aborts at exit. Tests get one `CommandRuns` for the session
+from the `command_runs` fixture (tests/conftest.py); its methods fail the test with the run's report:
 
-- `run_ok(command)`: exit code 0, in time, no process left, no abort, no group left alive;
+- `run_ok(command)`: exit code 0, in time, no process left, no abort, no group left alive (but for
+  the few GROUP_OUTLIVES_DESTROY names, each with its reason);
 - `run_failing(command, exit_code, within_s)`: a command meant to fail, as the debugging guide's do;
 - `run_usage_error(command, message)`: bad settings refused in one line from rank 0, exit code 2;
 - `run(command)`: the result alone (`CommandResult`: exit code, streams, time, leftovers).
@@ -40,13 +50,16 @@ a saved result), and commands that fix the same port never overlap.
 
 **3. Compare outputs** (`docexec.outputs`). `output_mismatch(shown, actual)` compares a page's Output
 block with a fresh run line by line, numbers at the precision they are printed at: a float may
-differ by one unit in its last digit, and nothing more. `excerpt_missing` does the same for lines
-that must appear among others.
+differ by one unit in its last digit shown, rounding noise shown as `3e-08` may be any value up to
+the page's, and a SHA-256 digest is only checked to be one. `excerpt_missing` checks that each line
+of an Excerpt appears in the run's output, its numbers (pids, ports, times) left out.
+`pytest --update-outputs` rewrites the Output blocks with what the commands print now.
 
 **4. Read the code for what CPU runs cannot show** (`docexec.device_check`). CI has no GPU, so
 `check_file(path, root)` reads an example for the mistakes that pass on gloo and break on nccl: a CPU
 tensor in a collective, a model that DDP wraps but never moved, a clock read without a synchronize.
 
-The tests in tests/ use these pieces; `tools/gpu_check.py` uses them to run the same commands with
-nccl on a machine with GPUs.
+The tests in tests/ use these pieces, and every test carries one tier marker (fast, processes, site;
+see tests/conftest.py). `tools/gpu_check.py` uses the runner to launch the GPU tabs' commands and
+every example with nccl on a machine with GPUs, and checks their exits.
 """

@@ -27,7 +27,7 @@ from docexec.fences import REPO
 
 COMMAND_TIMEOUT_S = 180
 EXIT_CRASH_MARKERS = ("terminate called", "SIGABRT", "Signal 6", "core dumped")
-# Every launched Python process imports tests/exit_probe/sitecustomize.py, which prints this at exit if a
+# Every launched Python process imports docexec/exit_probe/sitecustomize.py, which prints this at exit if a
 # process group outlived destroy_process_group (the cause of the crash at exit).
 EXIT_PROBE = Path(__file__).resolve().parent / "exit_probe"
 GROUP_OUTLIVED = "gloo threads outlived destroy_process_group"
@@ -268,7 +268,7 @@ class CommandRuns:
     other command runs from the repository root."""
 
     def __init__(self, shared: Path | None = None) -> None:
-        self._results: dict[tuple[str, bool], CommandResult] = {}
+        self._results: dict[tuple[str, bool, int | None], CommandResult] = {}
         self._shared = shared
 
     def run(self, command: str, gpu: bool = False, busy_port: int | None = None) -> CommandResult:

@@ -120,7 +120,7 @@ def test_excerpt_appears_in_a_fresh_run(fence, command_runs, record_property):
 @pytest.mark.parametrize("fence", OUTPUTS, ids=[f.where for f in OUTPUTS])
 def test_output_block_matches_a_fresh_run(fence, command_runs, request, record_property):
     gpu_skip(fence)
-    actual = command_runs.run_ok(fence.attrs["after"], gpu=fence.gpu).stdout
+    actual = run_as_the_page_says(fence, command_runs, fence.attrs["after"]).stdout  # the command's own run
     if request.config.getoption("--update-outputs"):
         rewrite_output_block(fence, actual)
         return

@@ -2,10 +2,12 @@
 
     python -m tools.saved_data list                 # every artefact: its target, files and pages
     python -m tools.saved_data run bench            # what `make bench` does: every "bench" artefact, in order
-    python -m tools.saved_data run NAME [NAME ...]  # the named artefacts only (any target)
+    python -m tools.saved_data run TARGET           # likewise for another target: exit-soak, audit
+    python -m tools.saved_data run NAME [NAME ...]  # the named artefacts only
 
 Commands run from the repository root with this Python's folder first on PATH (its torchrun,
-distdocs and python), each by bash; the first that fails stops the run with its exit code.
+distdocs and python) and the GPUs hidden, since the files hold CPU measurements; each by bash, and
+the first that fails stops the run with its exit code.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ def artefacts() -> list[Artefact]:
 def run(selected: list[Artefact]) -> int:
     env = dict(os.environ)
     env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
+    env["CUDA_VISIBLE_DEVICES"] = ""  # the -cpu files: the examples take nccl wherever CUDA is visible
     for artefact in selected:
         for command in artefact.commands:
             print(f"[{artefact.name}] {command}", flush=True)
@@ -60,16 +63,17 @@ def main(argv: list[str]) -> int:
     if len(argv) >= 2 and argv[0] == "run":
         by_name = {a.name: a for a in everything}
         targets = {a.target for a in everything}
-        if argv[1:] == ["bench"]:
-            return run([a for a in everything if a.target == "bench"])
+        if len(argv) == 2 and argv[1] in targets - {"by hand"}:
+            return run([a for a in everything if a.target == argv[1]])
         unknown = [n for n in argv[1:] if n not in by_name]
         if unknown:
             names = ", ".join(sorted(by_name))
-            print(f"error: no artefact {unknown[0]!r}; the targets are {sorted(targets)} and the names {names}",
+            made = sorted(targets - {"by hand"})
+            print(f"error: no target or artefact {unknown[0]!r}; the targets are {made} and the names {names}",
                   file=sys.stderr)  # fmt: skip
             return 2
         return run([by_name[n] for n in argv[1:]])
-    print("usage: python -m tools.saved_data list | run bench | run NAME [NAME ...]", file=sys.stderr)
+    print("usage: python -m tools.saved_data list | run TARGET | run NAME [NAME ...]", file=sys.stderr)
     return 2
 
 

@@ -1,5 +1,5 @@
 /* The scaling explorer: distdocs.costmodel ported line for line, and a chart drawn as plain SVG.
-   tests/test_explorer.py checks this port against the Python model on random inputs in Chromium.
+   tests/test_site_browser.py checks this port against the Python model on random inputs in Chromium.
    No library and no network: the page works offline. */
 (function () {
   "use strict";
