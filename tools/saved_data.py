@@ -12,15 +12,15 @@ the first that fails stops the run with its exit code.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import yaml
 
-REPO = Path(__file__).resolve().parent.parent
+from docexec.commands import command_env
+from docexec.fences import REPO
+
 LIST = REPO / "benchmarks" / "saved-data.yml"
 FOLDERS = ("benchmarks", "docs/assets")  # every file in these has an entry
 
@@ -41,9 +41,7 @@ def artefacts() -> list[Artefact]:
 
 
 def run(selected: list[Artefact]) -> int:
-    env = dict(os.environ)
-    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
-    env["CUDA_VISIBLE_DEVICES"] = ""  # the -cpu files: the examples take nccl wherever CUDA is visible
+    env = command_env(gpu=False)  # the tests' environment: this venv first, GPUs hidden (the -cpu files)
     for artefact in selected:
         for command in artefact.commands:
             print(f"[{artefact.name}] {command}", flush=True)
