@@ -11,27 +11,16 @@ side. So the profile sorts by CPU seconds, by tier, by module and by test, and r
 from __future__ import annotations
 
 import json
-import os
-import platform
 import sys
 from collections import defaultdict
-from datetime import date
-
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        return platform.processor() or platform.machine()
 
 
 def profile(rows: list[dict], wall_s: float, top: int = 25) -> str:
-    import torch
+    from distdocs.bench.harness import machine_info  # what every saved benchmark records
 
-    cpu = sum(r["cpu_s"] for r in rows)
+    machine, cpu = machine_info(), sum(r["cpu_s"] for r in rows)
     lines = [
-        f"# {cpu_model()}, {os.cpu_count()} cores, torch {torch.__version__}, {date.today().isoformat()}; "
+        f"# {machine['cpu']}, {machine['cores']} cores, torch {machine['torch']}, {machine['date']}; "
         f"make test with --cpu-profile, {len(rows)} tests",
         f"# wall {wall_s:.0f} s ({wall_s // 60:.0f} min {wall_s % 60:.0f} s); CPU {cpu:.0f} s, "
         f"{cpu / wall_s:.2f} cores busy on average",
