@@ -40,7 +40,9 @@ audit: build chromium
 # so three keep two cores busy (docs/testing.md says what stays isolated). TEST_WORKERS=0 runs
 # everything in one process, which takes about half as long again.
 TEST_WORKERS ?= 3
+# DeepSpeed's CPU op is compiled first, alone (tools/deepspeed_ops.py says why); once cached, this is quick.
 test: $(STAMP) chromium
+	$(BIN)/python -m tools.deepspeed_ops
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
 # The editing loop: every test that needs no process group, no torchrun, no browser and no site build
