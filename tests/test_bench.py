@@ -50,6 +50,7 @@ def test_median_leaves_out_the_warmup():
     "module, name",
     [
         (allreduce, "allreduce-cpu"),
+        (allreduce, "allreduce-links-cpu"),
         (pipeline, "pipeline-cpu"),
         (ddp, "ddp-cpu"),
         (buckets, "ddp-buckets-cpu"),
@@ -247,9 +248,10 @@ def test_saved_recovery_supports_what_the_recovery_page_says():
 
 
 @pytest.mark.fast
-def test_saved_allreduce_figure_is_drawn_from_its_data():
-    data = saved("allreduce-cpu")
-    assert (REPO / "docs/assets/allreduce-cpu.svg").read_text() == allreduce.plot(data["records"], data["machine"])
+@pytest.mark.parametrize("name", ["allreduce-cpu", "allreduce-links-cpu"])
+def test_saved_allreduce_figure_is_drawn_from_its_data(name):
+    data = saved(name)
+    assert (REPO / f"docs/assets/{name}.svg").read_text() == allreduce.plot(data["records"], data["machine"])
 
 
 @pytest.mark.fast

@@ -103,17 +103,25 @@ class Fit:
 
 
 def fit_alpha_beta(
-    records: list[dict], impl: str = "gloo", algorithm: str = "ring", world_size: int | None = None
+    records: list[dict],
+    impl: str = "gloo",
+    algorithm: str = "ring",
+    world_size: int | None = None,
+    link: str = "loopback",
 ) -> Fit:
     """Least-squares α and β from allreduce timings: the records of `distdocs bench allreduce
     --json` (keys impl, world_size, bytes, time_s), those of `impl` (and of `world_size`, if given)
     only. Each time is weighted by its inverse, so that small and large messages count alike; α is
     kept at zero or above. Fit one world size at a time where ranks outnumber cores: sharing cores
-    slows every message, which no α and β of the links describe."""
+    slows every message, which no α and β of the links describe. Records measured over dialled links
+    (`bench allreduce --link RATE`) name their link; only those of `link` count."""
     rows = [
         r
         for r in records
-        if r.get("impl") == impl and r.get("world_size", 1) > 1 and world_size in (None, r.get("world_size"))
+        if r.get("impl") == impl
+        and r.get("world_size", 1) > 1
+        and world_size in (None, r.get("world_size"))
+        and r.get("link", "loopback") == link
     ]
     if len({r["bytes"] for r in rows}) < 2:
         raise ValueError(f"records: fitting α and β needs {impl!r} timings at two sizes or more, got {len(rows)}")

@@ -27,8 +27,13 @@ class RankFailed(RuntimeError):
     """A rank of a spawned world raised, timed out or died."""
 
 
-def _rank_loop(rank, world_size, store_path, timeout_s, tasks, results) -> None:
+def _rank_loop(rank, world_size, store_path, timeout_s, tasks, results, namespace=None) -> None:
     """One rank of a World: join the group, then run tasks until told to stop."""
+    if namespace is not None:  # a node of a distdocs.links.Network: enter it before any thread starts
+        from distdocs.links import enter
+
+        enter(namespace)
+        os.environ["GLOO_SOCKET_IFNAME"] = "eth0"  # the node's link; the host name would resolve to loopback
     import torch
     import torch.distributed as dist
     import torch.distributed.nn  # noqa: F401  before init_process_group: imported later, its defaults pin the group
@@ -62,10 +67,16 @@ class World:
     A rank that raises, a call that outlives `timeout_s`, or a rank that dies raises RankFailed with
     the first failing rank's traceback, and the world is torn down. Closing the world checks that
     every rank exited with code 0: one that aborts at exit fails too. No rank outlives the world.
+
+    With `namespaces` (one per rank, from a `distdocs.links.Network`), each rank runs inside its
+    node, and gloo's traffic between nodes crosses the network's links.
     """
 
-    def __init__(self, world_size: int, timeout_s: float = 60.0) -> None:
+    def __init__(self, world_size: int, timeout_s: float = 60.0, namespaces: list[str] | None = None) -> None:
         self.world_size, self.timeout_s = world_size, timeout_s
+        if namespaces is not None and len(namespaces) != world_size:
+            raise ValueError(f"namespaces: {len(namespaces)} given, one per rank needed ({world_size})")
+        places = namespaces or [None] * world_size
         ctx = mp.get_context("spawn")
         self._tmp = tempfile.TemporaryDirectory(prefix="distdocs-world-")
         store_path = os.path.join(self._tmp.name, "store")
@@ -75,7 +86,7 @@ class World:
             ctx.Process(
                 target=_rank_loop,
                 daemon=True,
-                args=(rank, world_size, store_path, timeout_s, self._tasks[rank], self._results),
+                args=(rank, world_size, store_path, timeout_s, self._tasks[rank], self._results, places[rank]),
             )
             for rank in range(world_size)
         ]

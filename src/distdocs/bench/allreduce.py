@@ -8,6 +8,10 @@ that a noisy moment hits all of them alike. It reports what nccl-tests reports:
 - busbw = algbw * 2(n-1)/n, the bytes each rank's link carries in a ring, so that numbers for
   different world sizes compare with the hardware's bandwidth.
 
+With `--link RATE` the ranks run in `--nodes` network namespaces, spread evenly (distdocs.links),
+and every node's link to the others carries at most RATE each way: the sweep then measures the link
+you dialled instead of loopback. Each record names its link ("loopback" or the rate) and its nodes.
+
 Our implementations run with `validate=False`, since gloo validates nothing; the input handshake
 that `validate=True` adds is timed on its own, in the `check` rows. Before timing a size, each
 result is checked: every rank contributes rank+1, so the sum must be n(n+1)/2 exactly.
@@ -16,14 +20,17 @@ result is checked: every rank contributes rank+1, so the sum must be n(n+1)/2 ex
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
+import math
 import statistics
 
 import torch
 import torch.distributed as dist
 
+from distdocs import links
 from distdocs.bench.harness import WARMUP, machine_line, median_after_warmup, slowest_rank_seconds
-from distdocs.cli import parse_list, parse_size, require
+from distdocs.cli import UsageError, parse_list, parse_size, require
 from distdocs.collectives import check_same_tensor_everywhere, naive_allreduce, ring_allreduce, tree_allreduce
 from distdocs.world import World
 
@@ -39,6 +46,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--iters", type=int, default=10, help="timed iterations per size (default: 10)")
     parser.add_argument("--warmup", type=int, default=WARMUP, help=f"untimed iterations first (default: {WARMUP})")
     parser.add_argument(
+        "--impls", default=",".join(IMPLS), help=f"comma-separated, of {', '.join(IMPLS)} (default: all)"
+    )
+    parser.add_argument(
+        "--link",
+        metavar="RATES",
+        default="loopback",
+        help="comma-separated: run the ranks on --nodes nodes joined by links of each rate, in tc's spelling "
+        "(100mbit, 1gbit; needs root), or on one node over loopback (default: loopback)",
+    )
+    parser.add_argument("--nodes", type=int, default=2, help="nodes for --link; ranks spread evenly (default: 2)")
+    parser.add_argument(
         "--repeat",
         type=int,
         default=1,
@@ -50,11 +68,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace, progress=None) -> list[dict]:
     sizes = [parse_size(s) for s in args.sizes.split(",")]
     world_sizes = parse_list(args.world_sizes, int, "--world-sizes")
+    impls = [name.strip() for name in args.impls.split(",") if name.strip()]
     require(
         min(args.iters, args.repeat) >= 1 and args.warmup >= 0,
         "--iters and --repeat must be at least 1, --warmup at least 0",
     )
-    return bench_allreduce(world_sizes, sizes, args.iters, args.warmup, progress, args.repeat)
+    require(bool(impls) and set(impls) <= set(IMPLS), f"--impls: expected some of {', '.join(IMPLS)}, got {args.impls}")
+    rates = [r.strip() for r in args.link.split(",") if r.strip()]
+    require(bool(rates), "--link: expected loopback or a rate such as 100mbit")
+    for rate in (r for r in rates if r != "loopback"):
+        try:
+            links.rate_bits(rate)
+        except ValueError as e:
+            raise UsageError(f"--link: {e}") from None
+        uneven = [n for n in world_sizes if n % args.nodes]
+        require(args.nodes >= 2 and not uneven, f"--nodes {args.nodes}: need 2 or more, dividing every world size")
+        try:
+            links.check_can_build()
+        except links.LinkError as e:
+            raise UsageError(str(e)) from None
+    records = []
+    for rate in rates:
+        link = None if rate == "loopback" else rate
+        records += bench_allreduce(
+            world_sizes, sizes, args.iters, args.warmup, progress, args.repeat, impls, link, args.nodes
+        )
+    return records
 
 
 def _run_impl(name: str, x: torch.Tensor) -> None:
@@ -78,21 +117,23 @@ def _record(impl: str, world_size: int, nbytes: int, iters: int, t: float, dtype
     }
 
 
-def _time_sizes(rank: int, world_size: int, sizes: list[int], iters: int, warmup: int) -> list[dict]:
+def _time_sizes(
+    rank: int, world_size: int, sizes: list[int], iters: int, warmup: int, impls: tuple[str, ...] = IMPLS
+) -> list[dict]:
     records = []
     for nbytes in sizes:
         x = torch.empty(nbytes // 4, dtype=torch.float32)
-        for name in IMPLS:
+        for name in impls:
             x.fill_(rank + 1)
             _run_impl(name, x)
             if not bool((x == world_size * (world_size + 1) / 2).all()):
                 raise AssertionError(f"{name} allreduce of {nbytes} bytes gave a wrong sum")
-        times: dict[str, list[float]] = {name: [] for name in IMPLS}
+        times: dict[str, list[float]] = {name: [] for name in impls}
         for _ in range(warmup + iters):
-            for name in IMPLS:  # take turns, so that a noisy moment hits every implementation alike
+            for name in impls:  # take turns, so that a noisy moment hits every implementation alike
                 times[name].append(slowest_rank_seconds(functools.partial(_run_impl, name, x)))
         records += [
-            _record(name, world_size, nbytes, iters, median_after_warmup(times[name], warmup)) for name in IMPLS
+            _record(name, world_size, nbytes, iters, median_after_warmup(times[name], warmup)) for name in impls
         ]
     # The input handshake that ring_allreduce runs unless validate=False: one all_reduce of 6 int64s.
     handshake = [slowest_rank_seconds(lambda: check_same_tensor_everywhere(x)) for _ in range(warmup + iters)]
@@ -100,23 +141,41 @@ def _time_sizes(rank: int, world_size: int, sizes: list[int], iters: int, warmup
 
 
 def bench_allreduce(
-    world_sizes: list[int], sizes: list[int], iters: int = 10, warmup: int = WARMUP, progress=None, repeat: int = 1
+    world_sizes: list[int],
+    sizes: list[int],
+    iters: int = 10,
+    warmup: int = WARMUP,
+    progress=None,
+    repeat: int = 1,
+    impls: list[str] | tuple[str, ...] = IMPLS,
+    link: str | None = None,
+    nodes: int = 2,
 ) -> list[dict]:
     """Time every implementation at every size and world size, `repeat` times over in fresh worlds.
     Each record holds the median over repeats of the time, and of the busbw ratio to gloo taken within
     each repeat, with that ratio's lowest and highest value: on a shared machine the spread between
-    runs is part of the result."""
+    runs is part of the result. With `link`, the ranks of each world are spread over `nodes` nodes of
+    a fresh distdocs.links.Network of that rate."""
+    impls = tuple(impls)
     runs = []
     for r in range(repeat):
         records = []
         for n in world_sizes:
             if progress:
                 progress(
-                    f"run {r + 1}/{repeat}, world size {n}: {len(sizes)} sizes x {len(IMPLS)} "
-                    f"implementations x {iters} iterations"
+                    f"run {r + 1}/{repeat}, world size {n}{f' on {nodes} nodes, {link} links' if link else ''}: "
+                    f"{len(sizes)} sizes x {len(impls)} implementations x {iters} iterations"
                 )
-            with World(n, timeout_s=600) as world:
-                records += world.run(_time_sizes, sizes, iters, warmup)[0]
+            with contextlib.ExitStack() as stack:
+                places = None
+                if link:
+                    net = stack.enter_context(links.Network(nodes, link))
+                    places = [net.node(rank * nodes // n).namespace for rank in range(n)]
+                world = stack.enter_context(World(n, timeout_s=600, namespaces=places))
+                found = world.run(_time_sizes, sizes, iters, warmup, impls)[0]
+            for x in found:
+                x.update(link=link or "loopback", nodes=nodes if link else 1)
+            records += found
         gloo = {(x["world_size"], x["bytes"]): x for x in records if x["impl"] == "gloo"}
         for x in records:
             base = gloo.get((x["world_size"], x["bytes"]))
@@ -136,6 +195,8 @@ def bench_allreduce(
                     statistics.median(x["time_s"] for x in same),
                     first["dtype"],
                 ),
+                "link": first["link"],
+                "nodes": first["nodes"],
                 "repeats": repeat,
                 "busbw_ratio_vs_gloo": statistics.median(ratios) if ratios else None,
                 "ratio_range": [min(ratios), max(ratios)] if ratios else None,
@@ -147,9 +208,12 @@ def bench_allreduce(
 def format_table(records: list[dict], machine: dict) -> str:
     """nccl-tests' columns, one line per implementation, size and world size."""
     repeats = records[0]["repeats"]
+    dialled = any(r.get("link", "loopback") != "loopback" for r in records)
     lines = [
         machine_line(machine, f"medians of {repeats} runs" if repeats > 1 else "one run"),
-        f"{'ranks':>5} {'size (B)':>10} {'impl':>5} {'time (us)':>10} {'algbw (GB/s)':>12} "
+        f"{'link':>8} {'nodes':>5} "
+        * dialled
+        + f"{'ranks':>5} {'size (B)':>10} {'impl':>5} {'time (us)':>10} {'algbw (GB/s)':>12} "
         f"{'busbw (GB/s)':>12} {'vs gloo':>7} {'(lowest-highest)':>16}",
     ]
     for r in records:
@@ -159,9 +223,18 @@ def format_table(records: list[dict], machine: dict) -> str:
             if r.get("repeats", 1) > 1:
                 spread = f"{r['ratio_range'][0]:.2f}-{r['ratio_range'][1]:.2f}"
         lines.append(
-            f"{r['world_size']:>5} {r['bytes']:>10} {r['impl']:>5} {r['time_s'] * 1e6:>10.1f} "
+            f"{r.get('link', 'loopback'):>8} {r.get('nodes', 1):>5} " * dialled
+            + f"{r['world_size']:>5} {r['bytes']:>10} {r['impl']:>5} {r['time_s'] * 1e6:>10.1f} "
             f"{r['algbw_gbps']:>12.3f} {r['busbw_gbps']:>12.3f} {ratio:>7} {spread:>16}".rstrip()
         )
+    if dialled:
+        lines.append("α-β fit to gloo's times, link by link:")
+        for f in link_fits(records):
+            of = f", {f['of_dialled']:.2f} of the rate dialled" if f["of_dialled"] else ""
+            lines.append(
+                f"  {f['link']}, {f['world_size']} ranks on {f['nodes']} node{'s' * (f['nodes'] > 1)}: "
+                f"{_rate_words(f['bits_per_s'])}{of}, α {f['alpha_s'] * 1e6:.0f} µs"
+            )
     return "\n".join(lines)
 
 
@@ -171,6 +244,8 @@ def plot(records: list[dict], machine: dict) -> str:
     from distdocs.costmodel import allreduce_seconds, fit_alpha_beta
     from distdocs.figures import pyplot, to_svg
 
+    if len({r.get("link", "loopback") for r in records}) > 1:
+        return plot_links(records, machine)
     fig, ax = pyplot().subplots(figsize=(6.4, 4.2))
     rows = [r for r in records if r["impl"] != "check"]
     for n, style in zip(sorted({r["world_size"] for r in rows}), ["-", "--", ":"]):
@@ -199,3 +274,80 @@ def plot(records: list[dict], machine: dict) -> str:
     ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()
     return to_svg(fig)
+
+
+def link_fits(records: list[dict]) -> list[dict]:
+    """The α-β fit to gloo's timings for each link and world size: fitted bandwidth in bits per
+    second, and for a dialled link that bandwidth over the rate dialled."""
+    from distdocs.costmodel import fit_alpha_beta
+
+    fits = []
+    for link, n in sorted({(r.get("link", "loopback"), r["world_size"]) for r in records if r["impl"] == "gloo"}):
+        fit = fit_alpha_beta(records, "gloo", world_size=n, link=link)
+        bits = 8 / fit.network.beta
+        dialled = None if link == "loopback" else links.rate_bits(link)
+        fits.append(
+            {
+                "link": link,
+                "world_size": n,
+                "nodes": next(
+                    r.get("nodes", 1) for r in records if (r.get("link", "loopback"), r["world_size"]) == (link, n)
+                ),
+                "alpha_s": fit.network.alpha,
+                "bits_per_s": bits,
+                "of_dialled": bits / dialled if dialled else None,
+                "relative_rms": fit.relative_rms,
+            }
+        )
+    return fits
+
+
+def plot_links(records: list[dict], machine: dict) -> str:
+    """gloo's bus bandwidth against message size over each link (loopback and dialled rates), with
+    the α-β fit at each link and world size; the legend gives the fitted bandwidth."""
+    from distdocs.costmodel import Network, allreduce_seconds
+    from distdocs.figures import pyplot, to_svg
+
+    fig, ax = pyplot().subplots(figsize=(6.4, 4.4))
+    fits = {(f["link"], f["world_size"]): f for f in link_fits(records)}
+    colours = iter(["C0", "C1", "C2", "C3", "C4", "C5"])
+    for link in dict.fromkeys(r.get("link", "loopback") for r in records):
+        colour = next(colours)
+        for n, (marker, style) in zip(
+            sorted({r["world_size"] for r in records}), [("o", "-"), ("s", "--"), ("^", ":")]
+        ):
+            mine = sorted(
+                (
+                    r
+                    for r in records
+                    if r["impl"] == "gloo" and (r.get("link", "loopback"), r["world_size"]) == (link, n)
+                ),
+                key=lambda r: r["bytes"],
+            )
+            if not mine:
+                continue
+            fit = fits[(link, n)]
+            where = f"{n} ranks on {fit['nodes']} nodes" if fit["nodes"] > 1 else f"{n} ranks on one node"
+            ax.plot([r["bytes"] for r in mine], [r["busbw_gbps"] for r in mine], marker, color=colour, alpha=0.8)
+            net = Network(fit["alpha_s"], 8 / fit["bits_per_s"])
+            low, high = math.log2(mine[0]["bytes"]), math.log2(mine[-1]["bytes"])
+            sizes = [2 ** (low + (high - low) * k / 20) for k in range(21)]  # the measured range only
+            ax.plot(
+                sizes,
+                [s * 2 * (n - 1) / n / allreduce_seconds(s, n, net) / 1e9 for s in sizes],
+                style,
+                color=colour,
+                linewidth=1,
+                label=f"{link}, {where}: fit {_rate_words(fit['bits_per_s'])}",
+            )
+    ax.set(xscale="log", yscale="log", xlabel="message size (bytes)", ylabel="gloo bus bandwidth (GB/s)")
+    ax.set_title(f"{machine['cpu']}, {machine['cores']} cores, torch {machine['torch']}, {machine['date']}", fontsize=8)
+    measured = [r["bytes"] for r in records if r["impl"] == "gloo"]
+    ax.set_xlim(min(measured) / 100, max(measured) * 2)  # room on the left for the legend
+    ax.legend(fontsize=7, loc="center left")
+    fig.tight_layout()
+    return to_svg(fig)
+
+
+def _rate_words(bits_per_s: float) -> str:
+    return f"{bits_per_s / 1e9:.2f} Gbit/s" if bits_per_s >= 1e9 else f"{bits_per_s / 1e6:.0f} Mbit/s"
