@@ -57,6 +57,7 @@ def test_median_leaves_out_the_warmup():
         (precision, "precision-cpu"),
         (scaling, "scaling-cpu"),
         (prediction, "prediction-cpu"),
+        (prediction, "prediction-links-cpu"),
         (recovery, "recovery-cpu"),
         (exits, "exits-cpu"),
     ],
@@ -252,6 +253,14 @@ def test_saved_recovery_supports_what_the_recovery_page_says():
 def test_saved_allreduce_figure_is_drawn_from_its_data(name):
     data = saved(name)
     assert (REPO / f"docs/assets/{name}.svg").read_text() == allreduce.plot(data["records"], data["machine"])
+
+
+@pytest.mark.fast
+def test_saved_three_link_prediction_is_drawn_from_its_data():
+    data = saved("prediction-links-cpu")
+    assert (REPO / "docs/assets/prediction-links-cpu.svg").read_text() == prediction.plot(
+        data["records"], data["machine"]
+    )
 
 
 @pytest.mark.fast

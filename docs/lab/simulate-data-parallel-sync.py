@@ -347,6 +347,31 @@ print(saved.read_text())
 # the sync term. Those two terms, not α or β, are what a better CPU model would add.
 
 # %% [markdown]
+# ### The same model over three links
+#
+# Here every link is loopback. As root, `distdocs bench prediction --link 1gbit,100mbit` puts the 2
+# ranks on 2 nodes joined by a link of each rate (network namespaces: the collectives lesson's
+# "Over a link you dial" shows how), fits α and β on that link,
+# and predicts each step from them. This notebook runs when the site is built, without root, so it
+# reads the saved run: the speedup of 2 ranks over 1, measured and predicted, link by link and for
+# 1, 4 and 16 micro-batches per step.
+
+# %%
+from distdocs.bench.prediction import speedups
+
+over_links = json.loads((saved.parent / "prediction-links-cpu.json").read_text())
+for r in speedups(over_links["records"]):
+    print(
+        f"{r['link']:>8}, {r['accumulation']:>2} micro-batches: "
+        f"measured {r['measured']:.2f}x, predicted {r['predicted']:.2f}x"
+    )
+
+# %% [markdown]
+# The slower the link, the lower the speedup at one micro-batch per step, down to below 1 over
+# 100 Mbit/s for this model, and the more accumulation wins back: the same one sync serves k times
+# the samples.
+
+# %% [markdown]
 # **Exercise.** With the same network, how many samples per rank would the sync-heavy model need
 # for its 2-rank speedup to reach 1.8? Use `simulate()` with larger `micro_batch` values.
 #

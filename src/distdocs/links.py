@@ -33,6 +33,7 @@ import re
 import shutil
 import socket
 import subprocess
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -43,7 +44,8 @@ NETNS_DIR = Path("/var/run/netns")
 CLONE_NEWNET = 0x40000000
 RATE = re.compile(r"^(\d+(?:\.\d+)?)(kbit|mbit|gbit)$")
 UNITS = {"kbit": 1e3, "mbit": 1e6, "gbit": 1e9}
-# tbf's bucket: rate x 2 ms, and never less than a 64 KiB GSO frame. A bucket much smaller than that
+# tbf's bucket: rate x 2 ms, and never less than a 64 KiB GSO frame (so 250 KB at 1 Gbit/s, 64 KiB
+# at 100 Mbit/s). A bucket much smaller than that
 # undershoots the rate at 1 Gbit/s (the qdisc's timer fires late); a much larger one lets the first
 # megabytes of a message through at memory speed.
 BUCKET_S = 0.002
@@ -62,19 +64,40 @@ def rate_bits(rate: str) -> float:
     return float(m.group(1)) * UNITS[m.group(2)]
 
 
+_can_build: str | None = None  # "" once a probe succeeded in this process; else why it failed
+
+
 def check_can_build() -> None:
-    """Raise LinkError unless this process can build namespaces and tbf qdiscs."""
+    """Raise LinkError unless this process can build namespaces, veth pairs and tbf qdiscs. Being root
+    is not enough (a container may lack the capabilities, a kernel the qdisc), so the first call
+    builds a throwaway namespace with a rate-limited veth pair, and the answer is kept."""
+    global _can_build
     if os.geteuid() != 0:
         raise LinkError("dialled links need root (network namespaces and tc); run as root to measure them")
     for tool in ("ip", "tc"):
         if not shutil.which(tool):
             raise LinkError(f"dialled links need `{tool}` (iproute2), which is not installed")
+    if _can_build is None:
+        probe = f"{PREFIX}-{os.getpid()}-probe"
+        try:
+            _sh("ip", "netns", "add", probe)
+            _sh("ip", "-n", probe, "link", "add", "probe0", "type", "veth", "peer", "name", "probe1")
+            _sh("ip", "netns", "exec", probe, "tc", "qdisc", "add", "dev", "probe0", "root", "tbf",
+                "rate", "1gbit", "burst", "65536", "latency", "100ms")  # fmt: skip
+            _can_build = ""
+        except LinkError as err:
+            _can_build = f"cannot build dialled links here: {err}"
+        finally:
+            subprocess.run(["ip", "netns", "del", probe], capture_output=True, timeout=30)
+    if _can_build:
+        raise LinkError(_can_build)
 
 
 def _sh(*args: str) -> None:
     result = subprocess.run(args, capture_output=True, text=True, timeout=30)
     if result.returncode != 0:
-        raise LinkError(f"`{' '.join(args)}` failed: {result.stderr.strip().splitlines()[-1:] or ['?']}")
+        lines = result.stderr.strip().splitlines()
+        raise LinkError(f"`{' '.join(args)}` failed: {lines[-1] if lines else f'exit code {result.returncode}'}")
 
 
 def enter(namespace: str) -> None:
@@ -170,7 +193,7 @@ class Network:
             _sh("ip", "netns", "exec", namespace, "tc", "qdisc", "add", "dev", dev, "root", "tbf",
                 "rate", self.rate, "burst", str(bucket), "latency", "100ms")  # fmt: skip
         except LinkError as err:
-            raise LinkError(f"this kernel cannot limit a link's rate with tc's tbf: {err}") from None
+            raise LinkError(f"tc could not limit a link's rate with tbf: {err}") from None
 
     def close(self) -> None:
         """Remove every namespace of this network, and so its veths and qdiscs. Processes still inside
@@ -180,7 +203,7 @@ class Network:
         self._built = False
         for ns in self.namespaces():
             _kill_inside(ns)
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)
+            _delete(ns)
 
     def __enter__(self) -> Network:
         return self.build()
@@ -196,6 +219,12 @@ def _kill_inside(namespace: str) -> None:
             os.kill(int(pid), 9)
         except (ProcessLookupError, ValueError):
             pass
+
+
+def _delete(namespace: str) -> None:
+    result = subprocess.run(["ip", "netns", "del", namespace], capture_output=True, text=True, timeout=30)
+    if result.returncode != 0 and (NETNS_DIR / namespace).exists():
+        print(f"distdocs.links: could not remove namespace {namespace}: {result.stderr.strip()}", file=sys.stderr)
 
 
 def leftover_namespaces(pid: int | None = None) -> list[str]:
@@ -222,7 +251,7 @@ def remove_orphans() -> list[str]:
         except PermissionError:
             continue
         _kill_inside(ns)
-        subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)
+        _delete(ns)
         removed.append(ns)
     return removed
 
@@ -240,12 +269,14 @@ def measure_rate(net: Network, src: int, dst: int, nbytes: int = 16 << 20, port:
                 ready.set()
                 server.settimeout(60)
                 conn, _ = server.accept()
+                start = time.perf_counter()
                 with conn:
-                    buf, got, first = bytearray(1 << 20), 0, None
+                    buf, got = bytearray(1 << 20), 0
                     while k := conn.recv_into(buf):
-                        first = first or time.perf_counter()
                         got += k
-                    result["bits_per_s"] = got * 8 / (time.perf_counter() - first)
+                if got != nbytes:
+                    raise ConnectionError(f"received {got} of {nbytes} bytes")
+                result["bits_per_s"] = got * 8 / (time.perf_counter() - start)
         except BaseException as err:
             errors.append(err)
             ready.set()
@@ -253,10 +284,10 @@ def measure_rate(net: Network, src: int, dst: int, nbytes: int = 16 << 20, port:
     def send() -> None:
         try:
             enter(net.node(src).namespace)
-            chunk = b"\0" * (1 << 20)
+            chunk = memoryview(b"\0" * (1 << 20))
             with socket.create_connection((net.node(dst).address, port), timeout=60) as conn:
-                for _ in range(nbytes // len(chunk)):
-                    conn.sendall(chunk)
+                for offset in range(0, nbytes, len(chunk)):
+                    conn.sendall(chunk[: min(len(chunk), nbytes - offset)])
         except BaseException as err:
             errors.append(err)
 

@@ -74,26 +74,41 @@ def main(args: argparse.Namespace, progress=None) -> list[dict]:
         "--iters and --repeat must be at least 1, --warmup at least 0",
     )
     require(bool(impls) and set(impls) <= set(IMPLS), f"--impls: expected some of {', '.join(IMPLS)}, got {args.impls}")
-    rates = [r.strip() for r in args.link.split(",") if r.strip()]
+    records = []
+    for link in parse_links(args.link, world_sizes, args.nodes):
+        records += bench_allreduce(
+            world_sizes, sizes, args.iters, args.warmup, progress, args.repeat, impls, link, args.nodes
+        )
+    return records
+
+
+def parse_links(text: str, world_sizes: list[int], nodes: int) -> list[str | None]:
+    """--link's comma-separated rates, checked: None for loopback. A dialled rate needs root, and
+    `nodes` (2 or more) dividing every world size above 1; either missing is a UsageError."""
+    rates = [r.strip() for r in text.split(",") if r.strip()]
     require(bool(rates), "--link: expected loopback or a rate such as 100mbit")
     for rate in (r for r in rates if r != "loopback"):
         try:
             links.rate_bits(rate)
         except ValueError as e:
             raise UsageError(f"--link: {e}") from None
-        uneven = [n for n in world_sizes if n % args.nodes]
-        require(args.nodes >= 2 and not uneven, f"--nodes {args.nodes}: need 2 or more, dividing every world size")
+        uneven = [n for n in world_sizes if n > 1 and n % nodes]
+        require(nodes >= 2 and not uneven, f"--nodes {nodes}: need 2 or more, dividing every world size")
         try:
             links.check_can_build()
         except links.LinkError as e:
             raise UsageError(str(e)) from None
-    records = []
-    for rate in rates:
-        link = None if rate == "loopback" else rate
-        records += bench_allreduce(
-            world_sizes, sizes, args.iters, args.warmup, progress, args.repeat, impls, link, args.nodes
-        )
-    return records
+    return [None if r == "loopback" else r for r in rates]
+
+
+def world_on(stack: contextlib.ExitStack, n: int, link: str | None, nodes: int, timeout_s: float = 600) -> World:
+    """A World of `n` ranks entered on `stack`: over loopback, or (with `link`, for n > 1) spread
+    evenly over `nodes` nodes of a fresh distdocs.links.Network of that rate."""
+    places = None
+    if link and n > 1:
+        net = stack.enter_context(links.Network(nodes, link))
+        places = [net.node(rank * nodes // n).namespace for rank in range(n)]
+    return stack.enter_context(World(n, timeout_s=timeout_s, namespaces=places))
 
 
 def _run_impl(name: str, x: torch.Tensor) -> None:
@@ -167,12 +182,7 @@ def bench_allreduce(
                     f"{len(sizes)} sizes x {len(impls)} implementations x {iters} iterations"
                 )
             with contextlib.ExitStack() as stack:
-                places = None
-                if link:
-                    net = stack.enter_context(links.Network(nodes, link))
-                    places = [net.node(rank * nodes // n).namespace for rank in range(n)]
-                world = stack.enter_context(World(n, timeout_s=600, namespaces=places))
-                found = world.run(_time_sizes, sizes, iters, warmup, impls)[0]
+                found = world_on(stack, n, link, nodes).run(_time_sizes, sizes, iters, warmup, impls)[0]
             for x in found:
                 x.update(link=link or "loopback", nodes=nodes if link else 1)
             records += found

@@ -19,7 +19,6 @@ import torch
 from distdocs.bench.harness import WARMUP, add_step_flags, machine_line, mlp
 from distdocs.cli import parse_list, require
 from distdocs.timing import step_and_compute_seconds
-from distdocs.world import World
 
 # name: (width, Linear layers, samples per rank and micro-batch)
 MODELS = {"compute-bound": (256, 4, 1024), "sync-bound": (1024, 8, 8)}
@@ -79,18 +78,29 @@ def _measure(rank: int, world_size: int, models: dict, accumulation: list[int], 
 
 
 def bench_scaling(
-    world_sizes: list[int], accumulation: list[int], steps: int = 8, models: dict | None = None, progress=None
+    world_sizes: list[int],
+    accumulation: list[int],
+    steps: int = 8,
+    models: dict | None = None,
+    progress=None,
+    link: str | None = None,
 ) -> list[dict]:
-    """Every model and accumulation count at every world size; speedup against world size 1."""
+    """Every model and accumulation count at every world size; speedup against world size 1. With
+    `link` (tc's spelling of a rate, as in 100mbit), each rank of a world is a node of its own, and
+    the nodes are joined by links of that rate (distdocs.links)."""
+    from distdocs.bench.allreduce import world_on
+
     records = []
     for n in world_sizes:
         if progress:
             progress(f"world size {n}: {len(models or MODELS)} models x {len(accumulation)} accumulation counts")
-        with World(n, timeout_s=600) as world:
-            records += world.run(_measure, models or MODELS, accumulation, steps)[0]
+        with contextlib.ExitStack() as stack:
+            found = world_on(stack, n, link, nodes=n).run(_measure, models or MODELS, accumulation, steps)[0]
+        records += [{**r, "link": link or "loopback"} if link else r for r in found]
     base = {(r["model"], r["accumulation"]): r["samples_per_s"] for r in records if r["world_size"] == 1}
-    for r in records:
-        r["speedup"] = r["samples_per_s"] / base[r["model"], r["accumulation"]]
+    for r in records:  # no 1-rank run (prediction's --compute-at-n): no speedup
+        if (r["model"], r["accumulation"]) in base:
+            r["speedup"] = r["samples_per_s"] / base[r["model"], r["accumulation"]]
     return sorted(records, key=lambda r: (r["model"], r["accumulation"], r["world_size"]))
 
 
