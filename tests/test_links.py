@@ -113,6 +113,18 @@ def test_the_saved_three_link_run_is_predicted_within_20_percent_and_has_the_sha
     assert s["100mbit", 1] < s["1gbit", 1] < s["loopback", 1], s
 
 
+@pytest.mark.fast
+def test_the_explorers_measured_runs_are_the_saved_three_link_run():
+    """hooks/explorer_presets.py reads the run without torch; its numbers are the bench's own."""
+    from distdocs.bench.scaling import MODELS
+    from hooks.explorer_presets import SAMPLES_PER_RANK, measured_runs
+
+    assert SAMPLES_PER_RANK == MODELS["compute-bound"][2]
+    runs = measured_runs()
+    for s in speedups(json.loads(THREE_LINKS.read_text())["records"]):
+        assert runs[s["link"]]["speedups"][str(s["accumulation"])] == pytest.approx(s["measured"], rel=1e-12)
+
+
 @pytest.mark.processes
 def test_a_bad_rate_or_uneven_nodes_get_one_line_and_exit_2():
     for flags, message in [

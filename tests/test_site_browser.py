@@ -65,7 +65,8 @@ def _random_cases(count: int) -> list:
 def test_scaling_explorer_is_the_python_cost_model_and_redraws_when_a_control_moves(browser, served_site):
     """The page's JavaScript port equals distdocs.costmodel within 1e-9 relative on 300 random
     inputs; moving a control (typing a bandwidth, pressing a key) redraws the curve that the
-    Python model gives for the new settings."""
+    Python model gives for the new settings; a measured run sets the controls and marks its
+    measured speedup against the curve."""
     from distdocs.costmodel import Network, Workload, simulate
 
     def python(work: dict, net: dict, algorithm: str, sizes: list) -> list:
@@ -112,6 +113,27 @@ def test_scaling_explorer_is_the_python_cost_model_and_redraws_when_a_control_mo
     assert speedups() == pytest.approx([r.speedup for r in python(more, faster, "ring", sizes)], rel=1e-9)
     label = page.locator("#explorer-chart").get_attribute("aria-label")
     assert "at 1024 workers" in label
+
+    # A measured run sets the controls to its workload and link; the diamond is what 2 ranks measured,
+    # for the accumulation counts measured, and goes when the controls no longer describe the run.
+    from hooks.explorer_presets import measured_runs
+
+    run = measured_runs()["100mbit"]
+    measured = lambda: page.locator("#explorer-app").get_attribute("data-measured")  # noqa: E731
+    page.select_option("#explorer-run", "100mbit")
+    work = {**defaults, "params": run["params"], "computePerSample": run["computePerSample"],
+            "microBatch": run["microBatch"], "overlap": False}  # fmt: skip
+    link = {"alpha": run["alpha"], "beta": run["beta"]}
+    assert speedups() == pytest.approx([r.speedup for r in python(work, link, "ring", sizes)], rel=1e-9)
+    assert json.loads(measured()) == [2, pytest.approx(run["speedups"]["1"], rel=1e-12)]
+    assert "measured at 2 workers" in page.locator("#explorer-chart").get_attribute("aria-label")
+    page.fill("#explorer-accumulation", "16")
+    assert json.loads(measured()) == [2, pytest.approx(run["speedups"]["16"], rel=1e-12)]
+    page.fill("#explorer-accumulation", "2")  # not measured: no diamond, the run stays chosen
+    assert measured() is None and page.input_value("#explorer-run") == "100mbit"
+    page.fill("#explorer-bandwidth", "1")  # another network: the run no longer applies
+    page.fill("#explorer-accumulation", "16")
+    assert measured() is None and page.input_value("#explorer-run") == ""
     assert not errors, errors
 
 

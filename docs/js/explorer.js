@@ -78,6 +78,42 @@
       presetSelect.appendChild(option);
     }
 
+    // Measured runs (hooks/explorer_presets.py): controls that reproduce a saved run, and the speedup
+    // it measured at 2 workers for each accumulation count.
+    const runsData = document.getElementById("explorer-runs");
+    const runs = runsData ? JSON.parse(runsData.textContent) : {};
+    const runSelect = field("run");
+    for (const [key, r] of Object.entries(runs)) {
+      const option = document.createElement("option");
+      option.value = key;
+      option.textContent = r.name;
+      runSelect.appendChild(option);
+    }
+    let active = null;
+
+    function useRun() {
+      active = runs[runSelect.value] || null;
+      if (!active) return;
+      field("params").value = String(active.params / 1e6);
+      field("compute").value = String(active.computePerSample * 1e3);
+      field("batch").value = String(active.microBatch);
+      field("accumulation").value = "1";
+      field("dtype").value = "fp32";
+      field("overlap").checked = false;
+      field("algorithm").value = "ring";
+      field("bandwidth").value = String(1 / active.beta / 1e9);
+      field("latency").value = String(active.alpha * 1e6);
+    }
+
+    // The run still describes the controls: all but the accumulation count and the workers unchanged.
+    function matches(c) {
+      const same = (a, b) => Math.abs(a - b) <= 1e-9 * Math.max(Math.abs(a), Math.abs(b));
+      const w = c.work, r = active;
+      return same(w.params, r.params) && same(w.computePerSample, r.computePerSample) &&
+        w.microBatch === r.microBatch && w.gradientDtype === "fp32" && !w.overlap && c.algorithm === "ring" &&
+        same(c.net.alpha, r.alpha) && same(c.net.beta, r.beta);
+    }
+
     function usePreset() {
       const p = presets[presetSelect.value];
       field("bandwidth").value = +(1 / p.beta / 1e9).toPrecision(4);
@@ -147,12 +183,27 @@
       const points = rows.map((r) => `${x(r.n)},${y(r.speedup)}`).join(" ");
       el("polyline", { points, class: "explorer-model" }, svg);
       for (const r of rows) el("circle", { cx: x(r.n), cy: y(r.speedup), r: 3.5, class: "explorer-point" }, svg);
+      if (active && !matches(c)) {  // a control moved away from the run: it no longer measures this curve
+        active = null;
+        runSelect.value = "";
+      }
+      const measured = active && top >= 2 ? active.speedups[String(c.work.accumulation)] : undefined;
+      if (measured !== undefined) {
+        const cx = x(2), cy = y(measured);
+        el("path", { d: `M${cx},${cy - 7}L${cx + 7},${cy}L${cx},${cy + 7}L${cx - 7},${cy}Z`, class: "explorer-measured" }, svg);
+        el("text", { x: cx + 10, y: cy + 4 }, svg).textContent = `measured ${measured.toFixed(2)}×`;
+        root.dataset.measured = JSON.stringify([2, measured]);
+      } else {
+        delete root.dataset.measured;
+      }
       const last = rows[rows.length - 1];
       svg.setAttribute(
         "aria-label",
         `Modelled speedup against workers, log scales: ${last.speedup.toFixed(2)}× at ${last.n} workers, ` +
           `efficiency ${(100 * last.efficiency).toFixed(0)}%; ` +
-          (bound ? `sync-bound from ${bound.n} workers; ` : "") + "the dashed line is the ideal n×."
+          (bound ? `sync-bound from ${bound.n} workers; ` : "") +
+          (measured !== undefined ? `a diamond marks the ${measured.toFixed(2)}× measured at 2 workers; ` : "") +
+          "the dashed line is the ideal n×."
       );
 
       const body = root.querySelector("#explorer-table tbody");
@@ -170,8 +221,9 @@
     }
 
     presetSelect.addEventListener("change", () => { usePreset(); draw(); });
+    runSelect.addEventListener("change", () => { useRun(); draw(); });
     root.querySelectorAll("input, select").forEach((i) => {
-      if (i !== presetSelect) i.addEventListener("input", draw);
+      if (i !== presetSelect && i !== runSelect) i.addEventListener("input", draw);
     });
     usePreset();
     draw();
