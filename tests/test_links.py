@@ -59,15 +59,17 @@ def test_no_namespace_outlives_a_network_that_failed_or_whose_builder_was_killed
         assert set(names) <= set(links.leftover_namespaces(os.getpid()))
         raise ZeroDivisionError("a failure inside the with block")
     assert not set(names) & set(links.leftover_namespaces())
-    # A builder killed with SIGKILL cannot clean up: the next Network built on the machine does.
+    # A builder killed with SIGKILL cannot clean up: the next Network built on the machine does (the
+    # child names what it built; another test's network may be the one that removes it first).
     build_then_die = (
-        "import os; from distdocs.links import Network; Network(2, '100mbit').build(); os.kill(os.getpid(), 9)"
+        "import os; from distdocs.links import Network, leftover_namespaces; net = Network(2, '100mbit').build(); "
+        "assert set(net.namespaces()) <= set(leftover_namespaces()); print(' '.join(net.namespaces()), flush=True); "
+        "os.kill(os.getpid(), 9)"
     )
-    child = subprocess.Popen([sys.executable, "-c", build_then_die], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, err = child.communicate(timeout=60)
-    assert child.returncode == -9, err
-    orphans = links.leftover_namespaces(child.pid)
-    assert len(orphans) == 3, "the killed builder left no switch and two nodes: the test proves nothing"
+    child = subprocess.run([sys.executable, "-c", build_then_die], capture_output=True, text=True, timeout=60)
+    assert child.returncode == -9, child.stderr
+    orphans = child.stdout.split()
+    assert len(orphans) == 3, child  # the switch and two nodes
     with links.Network(1):
         pass
     assert not set(orphans) & set(links.leftover_namespaces())
