@@ -6,6 +6,7 @@ minutes of wall time while the test workers share those cores. A compile that a 
 leaves its lock file behind, and torch then waits for that lock forever, with no message: every
 later DeepSpeed run hangs. So the op is built here, alone, before the tests start, and a lock that no
 live build holds is removed first. Once the op is cached this takes the time of `import deepspeed`.
+It builds with this venv's ninja, the one the tests' commands find first on their PATH.
 """
 
 from __future__ import annotations
@@ -34,6 +35,9 @@ def remove_stale_lock(build_dir: Path, stale_after_s: float = STALE_AFTER_S, now
 
 def main() -> int:
     os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    # Build with the ninja the tests' commands find: this venv's, first on their PATH. Another ninja (the
+    # system's) writes its log in another format, and the venv's then rebuilds everything, inside a test.
+    os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
     try:
         from deepspeed.ops.op_builder.cpu import ShareMemCommBuilder
         from torch.utils.cpp_extension import _get_build_directory
