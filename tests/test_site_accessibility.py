@@ -46,7 +46,7 @@ def _weight(fetched: list[str], site_dir: Path, path: str) -> tuple[int, list[st
 
 
 @pytest.mark.site
-@pytest.mark.timeout(600)  # about 40 page loads and 80 axe runs: 2 minutes alone on 2 cores
+@pytest.mark.timeout(900)  # about 40 page loads and 80 axe runs: 2 minutes alone on 2 cores, 6 beside the suite
 def test_every_page_in_chromium_weighs_at_most_1_mb_logs_no_error_and_passes_axe_in_light_and_dark(
     browser, served_site, site_dir
 ):
