@@ -31,7 +31,7 @@ def measured_runs() -> dict:
     """The saved three-link run, as the explorer's measured runs: per link, the controls that
     reproduce its workload and network (the 1-rank computation per sample, its gradient, the link's
     α and β, no overlap), and the speedup measured at 2 ranks for each accumulation count."""
-    records = json.loads(THREE_LINKS.read_text())["records"]
+    records = [r for r in json.loads(THREE_LINKS.read_text())["records"] if r["model"] == "compute-bound"]
     runs = {}
     for link in dict.fromkeys(r.get("link", "loopback") for r in records):
         step = {

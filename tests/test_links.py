@@ -108,7 +108,9 @@ def test_the_saved_three_link_run_is_predicted_within_20_percent_and_has_the_sha
     than one and accumulation wins it back; the slower the link, the lower the speedup."""
     records = json.loads(THREE_LINKS.read_text())["records"]
     assert {r.get("link", "loopback") for r in records} == {"loopback", "1gbit", "100mbit"}
-    for r in records:
+    two = [r for r in records if r["world_size"] == 2]  # at 1 rank the ratio is 1 by construction
+    assert len(two) == 9 and all("compute_fed_s" in r for r in two), "not fed from a run of its own"
+    for r in two:
         assert 0.8 <= r["ratio"] <= 1.2, r
     s = {(r["link"], r["accumulation"]): r["measured"] for r in speedups(records)}
     assert s["100mbit", 1] < 1 < s["100mbit", 4] < s["100mbit", 16], s
@@ -122,9 +124,17 @@ def test_the_explorers_measured_runs_are_the_saved_three_link_run():
     from hooks.explorer_presets import SAMPLES_PER_RANK, measured_runs
 
     assert SAMPLES_PER_RANK == MODELS["compute-bound"][2]
+    records = json.loads(THREE_LINKS.read_text())["records"]
     runs = measured_runs()
-    for s in speedups(json.loads(THREE_LINKS.read_text())["records"]):
+    for s in speedups(records):
         assert runs[s["link"]]["speedups"][str(s["accumulation"])] == pytest.approx(s["measured"], rel=1e-12)
+    for link, run in runs.items():  # the controls it sets: the 1-rank step of k = 1, the gradient, the fit
+        one = next(
+            r for r in records if (r.get("link", "loopback"), r["world_size"], r["accumulation"]) == (link, 1, 1)
+        )
+        assert run["params"] * 4 == one["gradient_bytes"] and run["microBatch"] == SAMPLES_PER_RANK
+        assert run["computePerSample"] * run["microBatch"] == pytest.approx(one["measured_step_s"], rel=1e-12)
+        assert (run["alpha"], run["beta"]) == (one["alpha_s"], one["beta_s_per_byte"])
 
 
 @pytest.mark.processes

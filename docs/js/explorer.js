@@ -187,7 +187,7 @@
         active = null;
         runSelect.value = "";
       }
-      const measured = active && top >= 2 ? active.speedups[String(c.work.accumulation)] : undefined;
+      const measured = active && c.maxWorkers >= 2 ? active.speedups[String(c.work.accumulation)] : undefined;
       if (measured !== undefined) {
         const cx = x(2), cy = y(measured);
         el("path", { d: `M${cx},${cy - 7}L${cx + 7},${cy}L${cx},${cy + 7}L${cx - 7},${cy}Z`, class: "explorer-measured" }, svg);

@@ -349,7 +349,7 @@ print(saved.read_text())
 # %% [markdown]
 # ### The same model over three links
 #
-# Here every link is loopback. As root, `distdocs bench prediction --link 1gbit,100mbit` puts the 2
+# Every run above is on one machine, over loopback. As root, `distdocs bench prediction --link 1gbit,100mbit` puts the 2
 # ranks on 2 nodes joined by a link of each rate (network namespaces: the collectives lesson's
 # "Over a link you dial" shows how), fits α and β on that link,
 # and predicts each step from them. This notebook runs when the site is built, without root, so it
@@ -362,7 +362,7 @@ from distdocs.bench.prediction import speedups
 over_links = json.loads((saved.parent / "prediction-links-cpu.json").read_text())
 for r in speedups(over_links["records"]):
     print(
-        f"{r['link']:>8}, {r['accumulation']:>2} micro-batches: "
+        f"{r['link']:>8}, k = {r['accumulation']:>2} micro-batches per step: "
         f"measured {r['measured']:.2f}x, predicted {r['predicted']:.2f}x"
     )
 

@@ -166,7 +166,7 @@ def format_table(records: list[dict], machine: dict) -> str:
             f"{r['ratio_given_compute']:>19.2f} {r['ratio_range'][0]:>5.2f}-{r['ratio_range'][1]:.2f}"
         )
     if dialled:
-        lines.append("alpha and beta, link by link (fit to gloo at 2 ranks on 2 nodes):")
+        lines.append("alpha and beta, link by link (fit to gloo at 2 ranks: on 2 nodes, or on one over loopback):")
         for link in dict.fromkeys(r.get("link", "loopback") for r in records):
             r = next(x for x in records if x.get("link", "loopback") == link)
             lines.append(
