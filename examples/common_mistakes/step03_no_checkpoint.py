@@ -13,6 +13,7 @@ import shutil
 import signal
 import sys
 import tempfile
+import time
 from datetime import timedelta
 
 import torch
@@ -62,9 +63,13 @@ def save_atomically(state: dict, path: str) -> None:
 
 
 def usage_error(message: str) -> None:
-    """Every rank stops with exit code 2, before any process group exists; rank 0 says why, in one line."""
+    """Every rank stops with exit code 2, before any process group exists; rank 0 says why, in one line.
+    The others wait a moment first: torchrun stops every rank as soon as one exits with an error, and
+    rank 0 must have said why by then."""
     if os.environ.get("RANK", "0") == "0":
         print(f"error: {message}", file=sys.stderr, flush=True)
+    else:
+        time.sleep(5)
     sys.exit(2)
 
 
