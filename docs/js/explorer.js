@@ -70,25 +70,23 @@
     const presets = JSON.parse(document.getElementById("explorer-presets").textContent);
     // By the end of the id: the print page prefixes the ids that links point at with the page's name.
     const field = (id) => root.querySelector('[id$="explorer-' + id + '"]');
+    const addOptions = (select, entries) => {  // one <option> per entry, named by its `name`
+      for (const [key, entry] of Object.entries(entries)) {
+        const option = document.createElement("option");
+        option.value = key;
+        option.textContent = entry.name;
+        select.appendChild(option);
+      }
+    };
     const presetSelect = field("network");
-    for (const [key, p] of Object.entries(presets)) {
-      const option = document.createElement("option");
-      option.value = key;
-      option.textContent = p.name;
-      presetSelect.appendChild(option);
-    }
+    addOptions(presetSelect, presets);
 
     // Measured runs (hooks/explorer_presets.py): controls that reproduce a saved run, and the speedup
     // it measured at 2 workers for each accumulation count.
     const runsData = document.getElementById("explorer-runs");
     const runs = runsData ? JSON.parse(runsData.textContent) : {};
     const runSelect = field("run");
-    for (const [key, r] of Object.entries(runs)) {
-      const option = document.createElement("option");
-      option.value = key;
-      option.textContent = r.name;
-      runSelect.appendChild(option);
-    }
+    addOptions(runSelect, runs);
     let active = null;
 
     function useRun() {

@@ -240,20 +240,10 @@ def plot_links(records: list[dict], machine: dict) -> str:
     for link, colour in zip(dict.fromkeys(r["link"] for r in rows), ["C0", "C1", "C2", "C3"]):
         mine = sorted((r for r in rows if r["link"] == link), key=lambda r: r["accumulation"])
         name = "loopback, one machine" if link == "loopback" else f"{link} link between 2 nodes"
-        ax.plot(
-            [r["accumulation"] for r in mine],
-            [r["predicted"] for r in mine],
-            "-",
-            color=colour,
-            label=f"{name}: predicted",
-        )
-        ax.plot(
-            [r["accumulation"] for r in mine],
-            [r["measured"] for r in mine],
-            "o",
-            color=colour,
-            label=f"{name}: measured",
-        )
+        for key, style in (("predicted", "-"), ("measured", "o")):
+            ax.plot(
+                [r["accumulation"] for r in mine], [r[key] for r in mine], style, color=colour, label=f"{name}: {key}"
+            )
     ax.set(
         xscale="log",
         xticks=counts,
