@@ -1,4 +1,4 @@
-"""distdocs.collectives.ring_allreduce (and the tree and naive allreduces) against gloo's all_reduce:
+"""distdocs.collectives.ring_allreduce (and the tree, naive and two-level allreduces) against gloo's all_reduce:
 any length (0 and 1 included), any shape, float32, float64, int64 and bfloat16, world sizes 1 to 4,
 and clear errors for bad input.
 
@@ -19,7 +19,7 @@ import torch.distributed as dist
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from distdocs.collectives import naive_allreduce, ring_allreduce, tree_allreduce
+from distdocs.collectives import naive_allreduce, node_groups, ring_allreduce, tree_allreduce, two_level_allreduce
 from distdocs.world import RankFailed, World
 
 pytestmark = pytest.mark.processes  # the test tier: see the testing page
@@ -130,3 +130,31 @@ def reused_workspace(rank: int, world_size: int) -> list[bool]:
 
 def test_ring_reuses_its_receive_buffer_across_calls_of_any_size(world):
     assert all(all(r) for r in world.run(reused_workspace))
+
+
+def two_level_and_gloo(rank: int, world_size: int, ranks_per_node: int, numel: int, dtype_name: str, seed: int):
+    inside, across = node_groups(ranks_per_node)
+    x = make_input(rank, (numel,), dtype_name, seed)
+    stats: dict = {}
+    ours = two_level_allreduce(x.clone(), inside, across, stats=stats)
+    theirs = x.clone()
+    dist.all_reduce(theirs)
+    magnitude = x.abs().double()
+    dist.all_reduce(magnitude)
+    return ours, theirs, magnitude, stats
+
+
+@pytest.mark.parametrize("numel", [0, 1, 5, 4 * 3 * 1000])
+def test_two_level_equals_gloo_for_every_split_into_nodes(world, numel):
+    """Ranks filling nodes of every size that divides the world (1 rank a node: a ring across; one node:
+    a ring inside). Only the middle step leaves a node: each rank sends 2(N-1)/N * S/k bytes across,
+    exactly, when k*N divides the length."""
+    n = world.world_size
+    for k in (k for k in range(1, n + 1) if n % k == 0):
+        for dtype_name in ("int64", "float32"):
+            results = world.run(two_level_and_gloo, k, numel, dtype_name, numel + k)
+            assert_ring_matches_gloo([r[:3] for r in results], n, dtype_name)
+            nodes, nbytes = n // k, numel * 8 if dtype_name == "int64" else numel * 4
+            if numel and numel % n == 0:
+                for *_, stats in results:
+                    assert stats.get("bytes_between_nodes", 0) == 2 * (nodes - 1) * nbytes // (k * nodes), (k, stats)
