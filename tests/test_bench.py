@@ -9,7 +9,19 @@ import json
 import pytest
 
 from distdocs import cli
-from distdocs.bench import allreduce, buckets, ddp, exits, pipeline, precision, prediction, recovery, scaling
+from distdocs.bench import (
+    allreduce,
+    buckets,
+    compression,
+    ddp,
+    exits,
+    hierarchy,
+    pipeline,
+    precision,
+    prediction,
+    recovery,
+    scaling,
+)
 from distdocs.bench.harness import median_after_warmup
 from distdocs.cli import UsageError, parse_size
 from distdocs.costmodel import Network
@@ -58,6 +70,8 @@ def test_median_leaves_out_the_warmup():
         (scaling, "scaling-cpu"),
         (prediction, "prediction-cpu"),
         (prediction, "prediction-links-cpu"),
+        (compression, "compression-links-cpu"),
+        (hierarchy, "hierarchy-links-cpu"),
         (recovery, "recovery-cpu"),
         (exits, "exits-cpu"),
     ],
@@ -259,6 +273,22 @@ def test_saved_allreduce_figure_is_drawn_from_its_data(name):
 def test_saved_three_link_prediction_is_drawn_from_its_data():
     data = saved("prediction-links-cpu")
     assert (REPO / "docs/assets/prediction-links-cpu.svg").read_text() == prediction.plot(
+        data["records"], data["machine"]
+    )
+
+
+@pytest.mark.fast
+def test_saved_compression_run_is_drawn_from_its_data():
+    data = saved("compression-links-cpu")
+    assert (REPO / "docs/assets/compression-links-cpu.svg").read_text() == compression.plot(
+        data["records"], data["machine"]
+    )
+
+
+@pytest.mark.fast
+def test_saved_hierarchy_run_is_drawn_from_its_data():
+    data = saved("hierarchy-links-cpu")
+    assert (REPO / "docs/assets/hierarchy-links-cpu.svg").read_text() == hierarchy.plot(
         data["records"], data["machine"]
     )
 

@@ -80,7 +80,7 @@ def test_the_pages_command_fits_each_dialled_rate_within_15_percent(command_runs
     """The page's own command, run once for this test and test_docs: its fit lines (2 ranks on 2
     nodes, one per rate) recover the rate dialled."""
     needs_root()
-    (fence,) = [f for f in classify(PAGE) if f.kind == "command" and "--link" in f.command]
+    (fence,) = [f for f in classify(PAGE) if f.kind == "command" and "bench allreduce --link" in f.command]
     result = command_runs.run_ok(fence.command)
     fits = FIT_LINE.findall(result.stdout)
     assert {rate for rate, *_ in fits} == {"1gbit", "100mbit"}, result.describe()
@@ -169,3 +169,46 @@ def test_without_root_a_link_is_refused_in_one_line():
     assert result.returncode == 2, result
     refusal = "error: dialled links need root (network namespaces and tc); run as root to measure them\n"
     assert result.stderr == refusal, result.stderr
+
+
+HIERARCHY = REPO / "benchmarks/hierarchy-links-cpu.json"
+
+
+@pytest.mark.fast
+def test_the_saved_hierarchy_run_says_what_the_collectives_page_says():
+    """docs/lesson/collectives.md, "Fast inside a node, slow between nodes": on both links the
+    two-level allreduce beats the flat ring at the largest size, the model with two links predicts
+    both within 0.8-1.2, and HSDP sends the fewest bytes across, FSDP the most."""
+    records = json.loads(HIERARCHY.read_text())["records"]
+    allreduces = [r for r in records if "impl" in r]
+    assert {r["link"] for r in allreduces} == {"1gbit", "100mbit"}
+    for r in (r for r in allreduces if r["impl"] in ("ring", "two-level")):
+        assert 0.8 <= r["ratio"] <= 1.2, r
+    top = max(r["bytes"] for r in allreduces)
+    for link in ("1gbit", "100mbit"):
+        t = {r["impl"]: r["time_s"] for r in allreduces if (r["link"], r["bytes"]) == (link, top)}
+        assert t["two-level"] < t["ring"], (link, t)
+    sent = {r["layout"]: r["node_sent_bytes"] / r["gradient_bytes"] for r in records if "layout" in r}
+    assert sent["HSDP"] < sent["DDP"] < sent["FSDP"], sent
+
+
+@pytest.mark.processes
+def test_the_hierarchy_command_on_the_page_predicts_both_allreduces(command_runs):
+    """The page's command at 100 Mbit/s, run once for this test and test_docs: the two-level
+    allreduce beats the flat ring, both predicted within 0.8-1.2 (the link, not the CPU, sets the
+    pace at 100 Mbit/s), and HSDP's node sends about one gradient across per step."""
+    needs_root()
+    page = REPO / "docs/lesson/collectives.md"
+    (fence,) = [f for f in classify(page) if f.kind == "command" and "bench hierarchy" in f.command]
+    result = command_runs.run_ok(fence.command)
+    rows = dict(
+        (impl, (float(ms), ratio))
+        for impl, ms, ratio in re.findall(r"^ +100mbit +\d+ +(\S+) +([\d.]+) +\S+ +\S+ +(\S+)$", result.stdout, re.M)
+    )
+    assert rows.keys() == {"gloo", "ring", "two-level"}, result.describe()
+    assert rows["two-level"][0] < rows["ring"][0], result.describe()
+    for impl in ("ring", "two-level"):
+        assert 0.8 <= float(rows[impl][1]) <= 1.2, result.describe()
+    hsdp = re.findall(r"HSDP, node \d: +\d+ \(([\d.]+) x the gradient\)", result.stdout)
+    # What crosses: the all_reduce of each rank's half (S/2 each, 2 ranks a node) and TCP/IP's overhead.
+    assert len(hsdp) == 2 and all(1.0 <= float(x) <= 1.15 for x in hsdp), result.describe()

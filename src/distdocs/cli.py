@@ -58,6 +58,8 @@ BENCHMARKS = {
     "precision": "float32 against bfloat16 autocast in DDP: step time and what a forward keeps, 2 ranks",
     "scaling": "samples/s at 1, 2 and 4 ranks, compute- and sync-bound, with and without accumulation",
     "prediction": "the cost model's DDP step time against the measured one, at 1 and 2 ranks",
+    "compression": "torch's DDP compression hooks over dialled links: bytes, step time, loss, prediction",
+    "hierarchy": "2 nodes x 2 ranks over a dialled link: flat ring, two-level allreduce, gloo; DDP, FSDP, HSDP bytes",
     "recovery": "from a rank killed under torchrun back to training: each phase timed, 2 ranks",
     "exits": "examples launched again and again under torchrun: how many ranks abort at exit",
 }

@@ -16,6 +16,12 @@ and syncs once, at the end (DDP's `no_sync()` on the others). DDP splits the gra
 and starts a bucket's allreduce as soon as the backward pass has produced it, so the sync of all
 but the last bucket can hide behind the rest of the backward pass. The model assumes the gradients
 become ready at an even rate through the backward pass and that one allreduce runs at a time.
+A communication hook that compresses (fp16, bf16, PowerSGD) allreduces `compression` times the
+gradient's bytes; its own computation is the caller's to add to the step's.
+
+Ranks spread over nodes meet two links: fast inside a node, slower between nodes.
+`flat_ring_on_nodes_seconds` and `two_level_seconds` price the flat ring and the two-level
+allreduce there, each link with its own α and β.
 
 `simulate()` runs the model over many world sizes; `distdocs sim` prints it.
 """
@@ -93,6 +99,33 @@ def allreduce_seconds(nbytes: float, world_size: int, network: Network, algorith
     return messages * network.alpha + factor * nbytes * network.beta if nbytes else 0.0
 
 
+def flat_ring_on_nodes_seconds(
+    nbytes: float, ranks_per_node: int, nodes: int, inside: Network, between: Network
+) -> float:
+    """A ring over every rank, numbered node by node, when the ranks of a node share one link to the
+    others (`between`) and talk over `inside` within the node. The ring crosses from node to node
+    once per node and direction, so each node's link carries one stream each way; each of the
+    2(n-1) steps waits for its slowest link: between the nodes, when there are two or more."""
+    n = ranks_per_node * nodes
+    if n == 1 or not nbytes:
+        return 0.0
+    link = between if nodes > 1 else inside
+    return 2 * (n - 1) * (link.alpha + nbytes / n * link.beta)
+
+
+def two_level_seconds(nbytes: float, ranks_per_node: int, nodes: int, inside: Network, between: Network) -> float:
+    """distdocs.collectives.two_level_allreduce on the same nodes: a ring reduce-scatter inside each
+    node, k = ranks_per_node rings of N = nodes ranks across (one per local rank, each on S/k bytes),
+    and a ring all-gather inside. The k rings share each node's link, so their steps carry k times a
+    ring's bytes through it: 2(N-1)/N * S across in all, against the flat ring's 2(n-1)/n * S."""
+    k, big_n = ranks_per_node, nodes
+    if not nbytes:
+        return 0.0
+    within = (k - 1) * (inside.alpha + nbytes / k * inside.beta)  # the reduce-scatter; the all-gather too
+    across = 2 * (big_n - 1) * (between.alpha + nbytes / (k * big_n) * k * between.beta)
+    return 2 * within + across
+
+
 @dataclass(frozen=True)
 class Fit:
     """α and β fitted to measured allreduce times, and how well they fit."""
@@ -165,9 +198,10 @@ class Workload:
     gradient_dtype: str = "fp32"
     bucket_bytes: float = DDP_BUCKET_BYTES
     overlap: bool = True  # buckets allreduce during the backward pass, as DDP does
+    compression: float = 1.0  # bytes allreduced / gradient bytes: 0.5 for fp16 or bf16, less for PowerSGD
 
     def __post_init__(self):
-        for name in ("params", "compute_per_sample", "micro_batch", "accumulation", "bucket_bytes"):
+        for name in ("params", "compute_per_sample", "micro_batch", "accumulation", "bucket_bytes", "compression"):
             value = getattr(self, name)
             if not (value > 0 and math.isfinite(value)):
                 raise ValueError(f"{name} must be positive, not {value!r}")
@@ -230,7 +264,7 @@ def step_time(work: Workload, world_size: int, network: Network, algorithm: str 
     """The modelled time of one step at `world_size` ranks."""
     compute = work.compute_per_sample * work.micro_batch * work.accumulation
     buckets = max(1, math.ceil(work.gradient_bytes / work.bucket_bytes))
-    per_bucket = allreduce_seconds(work.gradient_bytes / buckets, world_size, network, algorithm)
+    per_bucket = allreduce_seconds(work.gradient_bytes * work.compression / buckets, world_size, network, algorithm)
     sync = buckets * per_bucket
     if work.overlap:
         # The last micro-batch's backward produces bucket i at i/buckets of the way through; each

@@ -52,6 +52,12 @@ BUCKET_S = 0.002
 _created = 0
 
 
+def burst_bytes(rate: str) -> int:
+    """The bytes a link of `rate` lets through at once after a pause: its tbf bucket. A real link
+    has no such burst; a model of a message over a dialled link counts it as sent for free."""
+    return max(64 * 1024, int(rate_bits(rate) / 8 * BUCKET_S))
+
+
 class LinkError(RuntimeError):
     """Why a network cannot be built here, in one line."""
 
@@ -188,7 +194,7 @@ class Network:
         return self
 
     def _limit(self, namespace: str, dev: str) -> None:
-        bucket = max(64 * 1024, int(self.rate_bits / 8 * BUCKET_S))
+        bucket = burst_bytes(self.rate)
         try:
             _sh("ip", "netns", "exec", namespace, "tc", "qdisc", "add", "dev", dev, "root", "tbf",
                 "rate", self.rate, "burst", str(bucket), "latency", "100ms")  # fmt: skip

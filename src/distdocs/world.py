@@ -53,7 +53,28 @@ def _rank_loop(rank, world_size, store_path, timeout_s, tasks, results, namespac
                 raise SystemExit(1) from None
     finally:
         gc.collect()  # DDP models sit in reference cycles: free them while the group still exists
+        _release_dtensor_caches()
         dist.destroy_process_group()
+
+
+def _release_dtensor_caches() -> None:
+    """torch's DTensor keeps every DeviceMesh it used (and so the mesh's gloo groups) in caches; gloo
+    cannot stop the threads of a group still held, and they race the exit, which can abort it. The
+    same cure as examples/sharded/step01_fsdp.py's, for functions run on a World."""
+    import sys
+
+    if "torch.distributed.tensor" not in sys.modules:  # no DTensor used: nothing cached
+        return
+    from torch.distributed.tensor import _collective_utils, _redistribute, debug
+
+    for clear in (
+        getattr(debug, "_clear_sharding_prop_cache", None),
+        getattr(_collective_utils.MeshTopoInfo.build_from_mesh, "cache_clear", None),
+        getattr(_redistribute, "clear_redistribute_planner_cache", None),
+        getattr(getattr(_redistribute, "_gen_transform_infos", None), "cache_clear", None),
+    ):
+        if clear is not None:
+            clear()
 
 
 class World:

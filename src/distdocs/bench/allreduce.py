@@ -31,10 +31,18 @@ import torch.distributed as dist
 from distdocs import links
 from distdocs.bench.harness import WARMUP, machine_line, median_after_warmup, slowest_rank_seconds
 from distdocs.cli import UsageError, parse_list, parse_size, require
-from distdocs.collectives import check_same_tensor_everywhere, naive_allreduce, ring_allreduce, tree_allreduce
+from distdocs.collectives import (
+    check_same_tensor_everywhere,
+    naive_allreduce,
+    node_groups,
+    ring_allreduce,
+    tree_allreduce,
+    two_level_allreduce,
+)
 from distdocs.world import World
 
-IMPLS = ("gloo", "ring", "tree", "naive")
+IMPLS = ("gloo", "ring", "tree", "naive", "two-level")
+DEFAULT_IMPLS = IMPLS[:4]  # two-level splits the ranks into --nodes nodes: ask for it by name
 OURS = {"ring": ring_allreduce, "tree": tree_allreduce, "naive": naive_allreduce}
 
 
@@ -46,7 +54,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--iters", type=int, default=10, help="timed iterations per size (default: 10)")
     parser.add_argument("--warmup", type=int, default=WARMUP, help=f"untimed iterations first (default: {WARMUP})")
     parser.add_argument(
-        "--impls", default=",".join(IMPLS), help=f"comma-separated, of {', '.join(IMPLS)} (default: all)"
+        "--impls",
+        default=",".join(DEFAULT_IMPLS),
+        help=f"comma-separated, of {', '.join(IMPLS)} (default: {','.join(DEFAULT_IMPLS)})",
     )
     parser.add_argument(
         "--link",
@@ -74,6 +84,10 @@ def main(args: argparse.Namespace, progress=None) -> list[dict]:
         "--iters and --repeat must be at least 1, --warmup at least 0",
     )
     require(bool(impls) and set(impls) <= set(IMPLS), f"--impls: expected some of {', '.join(IMPLS)}, got {args.impls}")
+    uneven = [n for n in world_sizes if n % args.nodes]
+    require(
+        "two-level" not in impls or not uneven, f"--impls two-level: --nodes {args.nodes} must divide every world size"
+    )
     records = []
     for link in parse_links(args.link, world_sizes, args.nodes):
         records += bench_allreduce(
@@ -111,9 +125,11 @@ def world_on(stack: contextlib.ExitStack, n: int, link: str | None, nodes: int, 
     return stack.enter_context(World(n, timeout_s=timeout_s, namespaces=places))
 
 
-def _run_impl(name: str, x: torch.Tensor) -> None:
+def _run_impl(name: str, x: torch.Tensor, groups: tuple = ()) -> None:
     if name == "gloo":
         dist.all_reduce(x)
+    elif name == "two-level":
+        two_level_allreduce(x, *groups, validate=False)
     else:
         OURS[name](x, validate=False)
 
@@ -133,20 +149,27 @@ def _record(impl: str, world_size: int, nbytes: int, iters: int, t: float, dtype
 
 
 def _time_sizes(
-    rank: int, world_size: int, sizes: list[int], iters: int, warmup: int, impls: tuple[str, ...] = IMPLS
+    rank: int,
+    world_size: int,
+    sizes: list[int],
+    iters: int,
+    warmup: int,
+    impls: tuple[str, ...] = DEFAULT_IMPLS,
+    nodes: int = 2,
 ) -> list[dict]:
+    groups = node_groups(world_size // nodes) if "two-level" in impls else ()  # ranks fill nodes in order
     records = []
     for nbytes in sizes:
         x = torch.empty(nbytes // 4, dtype=torch.float32)
         for name in impls:
             x.fill_(rank + 1)
-            _run_impl(name, x)
+            _run_impl(name, x, groups)
             if not bool((x == world_size * (world_size + 1) / 2).all()):
                 raise AssertionError(f"{name} allreduce of {nbytes} bytes gave a wrong sum")
         times: dict[str, list[float]] = {name: [] for name in impls}
         for _ in range(warmup + iters):
             for name in impls:  # take turns, so that a noisy moment hits every implementation alike
-                times[name].append(slowest_rank_seconds(functools.partial(_run_impl, name, x)))
+                times[name].append(slowest_rank_seconds(functools.partial(_run_impl, name, x, groups)))
         records += [
             _record(name, world_size, nbytes, iters, median_after_warmup(times[name], warmup)) for name in impls
         ]
@@ -162,7 +185,7 @@ def bench_allreduce(
     warmup: int = WARMUP,
     progress=None,
     repeat: int = 1,
-    impls: list[str] | tuple[str, ...] = IMPLS,
+    impls: list[str] | tuple[str, ...] = DEFAULT_IMPLS,
     link: str | None = None,
     nodes: int = 2,
 ) -> list[dict]:
@@ -182,7 +205,7 @@ def bench_allreduce(
                     f"{len(sizes)} sizes x {len(impls)} implementations x {iters} iterations"
                 )
             with contextlib.ExitStack() as stack:
-                found = world_on(stack, n, link, nodes).run(_time_sizes, sizes, iters, warmup, impls)[0]
+                found = world_on(stack, n, link, nodes).run(_time_sizes, sizes, iters, warmup, impls, nodes)[0]
             for x in found:
                 x.update(link=link or "loopback", nodes=nodes if link else 1)
             records += found
@@ -259,7 +282,7 @@ def plot(records: list[dict], machine: dict) -> str:
     fig, ax = pyplot().subplots(figsize=(6.4, 4.2))
     rows = [r for r in records if r["impl"] != "check"]
     for n, style in zip(sorted({r["world_size"] for r in rows}), ["-", "--", ":"]):
-        for impl, marker in zip(IMPLS, ["o", "s", "^", "x"]):
+        for impl, marker in zip(DEFAULT_IMPLS, ["o", "s", "^", "x"]):
             mine = sorted((r for r in rows if (r["impl"], r["world_size"]) == (impl, n)), key=lambda r: r["bytes"])
             ax.plot(
                 [r["bytes"] for r in mine],
