@@ -219,3 +219,25 @@ def test_the_command_line_imports_torch_only_for_a_benchmark(argv):
     )
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
     assert result.stderr.strip().splitlines()[-1] == "no torch", result.stderr
+
+
+@pytest.mark.fast
+def test_two_links_reduce_to_one_when_nodes_hold_one_rank_and_price_what_crosses():
+    """With one rank a node, the flat ring and the two-level allreduce are the ring over the link
+    between nodes. With k ranks a node sharing its link, the two-level allreduce sends 2(N-1)/N * S
+    across (N nodes), the flat ring 2(n-1)/n * S: at 2 nodes of 2, S against 1.5 S."""
+    from distdocs.costmodel import allreduce_on_nodes_seconds, flat_ring_on_nodes_seconds, two_level_seconds
+
+    inside, between, s = Network(1e-6, 1e-11), Network(5e-5, 1e-8), 2**24
+    ring = allreduce_seconds(s, 4, between)
+    assert flat_ring_on_nodes_seconds(s, 1, 4, inside, between) == pytest.approx(ring, rel=1e-12)
+    assert two_level_seconds(s, 1, 4, inside, between) == pytest.approx(ring, rel=1e-12)
+    free_inside = Network(0.0, 1e-30)  # inside the node costs nothing: what is left is what crosses
+    assert flat_ring_on_nodes_seconds(s, 2, 2, free_inside, Network(0.0, 1e-8)) == pytest.approx(1.5 * s * 1e-8)
+    assert two_level_seconds(s, 2, 2, free_inside, Network(0.0, 1e-8)) == pytest.approx(1.0 * s * 1e-8)
+    assert allreduce_on_nodes_seconds(s, 4, between, "two-level", 2, inside) == two_level_seconds(
+        s, 2, 2, inside, between
+    )
+    assert allreduce_on_nodes_seconds(s, 2, between, "ring", 4, inside) == allreduce_seconds(s, 2, inside)  # one node
+    with pytest.raises(ValueError, match="do not fill nodes"):
+        allreduce_on_nodes_seconds(s, 6, between, "ring", 4, inside)

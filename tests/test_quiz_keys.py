@@ -124,6 +124,15 @@ def rounding_key() -> str:
     return "equal up to floating-point rounding"
 
 
+def compression_key() -> str:
+    # 40 ms of computation and 400 ms of sync at 2 ranks, no overlap; fp16 halves the bytes.
+    work = Workload(params=1e6, compute_per_sample=40e-3 / 8, micro_batch=8, overlap=False)
+    net = Network(alpha=0.0, beta=0.4 / 4e6)  # 4 MB of fp32 gradients in 400 ms
+    assert step_time(work, 2, net).step == pytest.approx(0.440)
+    half = step_time(Workload(1e6, 40e-3 / 8, 8, overlap=False, compression=0.5), 2, net).step
+    return f"{half * 1e3:.0f} ms"
+
+
 # (page, the start of the question) -> what the right option must say, computed from the code or a run.
 COMPUTED = {
     ("lesson/choosing-a-strategy.md", "Training with Adam in mixed precision"): lambda: str(
@@ -161,6 +170,7 @@ COMPUTED = {
     ("quiz.md", "Gradient accumulation over k micro-batches"): lambda: "Divides it by " + accumulation_calls_key(),
     ("practice/in-production.md", "With the batch per GPU fixed"): in_production_key,
     ("practice/scaling.md", "A step takes 10 ms"): scaling_key,
+    ("practice/gradient-compression.md", "A step takes 40 ms"): compression_key,
     ("practice/scaling.md", "Accumulating four micro-batches"): accumulation_sync_key,
     ("practice/sync-and-async.md", "Local SGD averages"): local_sgd_key,
     ("recovery/checkpoint-and-resume.md", "A checkpoint takes 1 minute"): checkpoint_interval_key,
@@ -169,6 +179,7 @@ COMPUTED = {
 
 # Questions whose answer is judgement, a definition or a reason, not a number the code computes.
 JUDGEMENT = [
+    ("practice/gradient-compression.md", "Why does PowerSGD keep"),
     ("lesson/choosing-a-strategy.md", "A model's states do not fit"),
     ("lesson/collectives.md", "Which collective leaves every rank"),
     ("lesson/data-parallelism.md", "Every example's setup picks the GPU"),

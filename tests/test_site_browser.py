@@ -57,7 +57,12 @@ def _random_cases(count: int) -> list:
             "overlap": rng.random() < 0.5,
         }
         net = {"alpha": 10 ** rng.uniform(-7, -3), "beta": 1 / 10 ** rng.uniform(8, 12)}
-        cases.append((work, net, rng.choice(["ring", "tree", "naive"]), [1, 2, 3, 5, 8, 64, 1000]))
+        sizes = [1, 2, 3, 5, 8, 64, 1000]
+        if rng.random() < 0.5:  # workers on nodes: a faster link inside, whole nodes only
+            net["ranksPerNode"] = rng.choice([1, 2, 4, 8])
+            net["inside"] = {"alpha": 10 ** rng.uniform(-7, -5), "beta": 1 / 10 ** rng.uniform(10, 12)}
+            sizes = [1, 2, 4, 8, 64, 1024]
+        cases.append((work, net, rng.choice(["ring", "two-level", "tree", "naive"]), sizes))
     return cases
 
 
@@ -79,7 +84,8 @@ def test_scaling_explorer_is_the_python_cost_model_and_redraws_when_a_control_mo
             work["bucketBytes"],
             work["overlap"],
         )
-        return simulate(w, sizes, Network(net["alpha"], net["beta"]), algorithm)
+        inside = Network(net["inside"]["alpha"], net["inside"]["beta"]) if "inside" in net else None
+        return simulate(w, sizes, Network(net["alpha"], net["beta"]), algorithm, net.get("ranksPerNode", 1), inside)
 
     cases = _random_cases(300)
     errors = []
@@ -113,6 +119,21 @@ def test_scaling_explorer_is_the_python_cost_model_and_redraws_when_a_control_mo
     assert speedups() == pytest.approx([r.speedup for r in python(more, faster, "ring", sizes)], rel=1e-9)
     label = page.locator("#explorer-chart").get_attribute("aria-label")
     assert "at 1024 workers" in label
+
+    # Workers on nodes of 8, the cost model's NVLink preset inside each (the page's default inside
+    # link), the link above between them: the flat ring, then the two-level allreduce.
+    from distdocs.costmodel import PRESETS
+
+    inside = {"alpha": PRESETS["nvlink4"].alpha, "beta": PRESETS["nvlink4"].beta}
+    page.select_option("#explorer-ranks-per-node", "8")
+    on_nodes = {**faster, "ranksPerNode": 8, "inside": inside}
+    assert speedups() == pytest.approx([r.speedup for r in python(more, on_nodes, "ring", sizes)], rel=1e-9)
+    page.select_option("#explorer-algorithm", "two-level")
+    two_level = [r.speedup for r in python(more, on_nodes, "two-level", sizes)]
+    assert speedups() == pytest.approx(two_level, rel=1e-9)
+    assert two_level[-1] > python(more, on_nodes, "ring", sizes)[-1].speedup  # less across the slow link
+    page.select_option("#explorer-algorithm", "ring")
+    page.select_option("#explorer-ranks-per-node", "1")
 
     # A measured run sets the controls to its workload and link; the diamond is what 2 ranks measured,
     # for the accumulation counts measured, and goes when the controls no longer describe the run.

@@ -30,6 +30,14 @@ def test_strict_build_has_every_page(site_dir):
 
 
 @pytest.mark.site
+def test_every_fence_is_rendered_as_code(site_dir):
+    """A fence whose info string the renderer does not take (`bash root` once did) shows its backticks
+    as text and swallows what follows into a code block; the page tests, which read the Markdown, pass."""
+    broken = [str(p.relative_to(site_dir)) for p in site_dir.rglob("*.html") if "<p>```" in p.read_text()]
+    assert not broken, f"fences shown as text: {broken}"
+
+
+@pytest.mark.site
 def test_includes_are_expanded_in_the_built_page(site_dir):
     html = (site_dir / "lesson/data-parallelism/index.html").read_text()
     assert "average_gradients" in html and "--8&lt;--" not in html

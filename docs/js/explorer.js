@@ -8,7 +8,7 @@
   const BACKWARD_SHARE = 2 / 3;
 
   function allreduceTerms(n, algorithm) {
-    if (algorithm === "ring") return [2 * (n - 1), (2 * (n - 1)) / n];
+    if (algorithm === "ring" || algorithm === "two-level") return [2 * (n - 1), (2 * (n - 1)) / n];
     if (algorithm === "tree") {
       const rounds = n > 1 ? 2 * Math.ceil(Math.log2(n)) : 0;
       return [rounds, rounds];
@@ -22,12 +22,37 @@
     return nbytes ? messages * net.alpha + factor * nbytes * net.beta : 0;
   }
 
+  function flatRingOnNodesSeconds(nbytes, k, nodes, inside, between) {
+    const n = k * nodes;
+    if (n === 1 || !nbytes) return 0;
+    const link = nodes > 1 ? between : inside;
+    return 2 * (n - 1) * (link.alpha + (nbytes / n) * link.beta);
+  }
+
+  function twoLevelSeconds(nbytes, k, nodes, inside, between) {
+    if (!nbytes) return 0;
+    const within = (k - 1) * (inside.alpha + (nbytes / k) * inside.beta);
+    const across = 2 * (nodes - 1) * (between.alpha + (nbytes / (k * nodes)) * k * between.beta);
+    return 2 * within + across;
+  }
+
+  // net: {alpha, beta} between nodes, and optionally ranksPerNode and inside: {alpha, beta}
+  function allreduceOnNodesSeconds(nbytes, n, net, algorithm) {
+    const k = Math.min(net.ranksPerNode || 1, n);
+    if (k <= 1 || !net.inside) return allreduceSeconds(nbytes, n, net, algorithm);
+    if (n % k) throw new Error(n + " ranks do not fill nodes of " + net.ranksPerNode);
+    if (n === k) return allreduceSeconds(nbytes, n, net.inside, algorithm);
+    if (algorithm === "ring") return flatRingOnNodesSeconds(nbytes, k, n / k, net.inside, net);
+    if (algorithm === "two-level") return twoLevelSeconds(nbytes, k, n / k, net.inside, net);
+    return allreduceSeconds(nbytes, n, net, algorithm);
+  }
+
   // work: {params, computePerSample, microBatch, accumulation, gradientDtype, bucketBytes, overlap}
   function stepTime(work, n, net, algorithm) {
     const compute = work.computePerSample * work.microBatch * work.accumulation;
     const gradientBytes = work.params * GRADIENT_BYTES[work.gradientDtype];
     const buckets = Math.max(1, Math.ceil(gradientBytes / work.bucketBytes));
-    const perBucket = allreduceSeconds(gradientBytes / buckets, n, net, algorithm);
+    const perBucket = allreduceOnNodesSeconds(gradientBytes / buckets, n, net, algorithm);
     const sync = buckets * perBucket;
     let exposed = sync;
     if (work.overlap) {
@@ -48,7 +73,7 @@
     });
   }
 
-  window.distdocsCostModel = { allreduceTerms, allreduceSeconds, stepTime, simulate };
+  window.distdocsCostModel = { allreduceTerms, allreduceSeconds, allreduceOnNodesSeconds, stepTime, simulate };
 })();
 
 /* The page: read the controls, run the model at 1, 2, 4, ... workers, draw speedup against workers. */
@@ -100,6 +125,7 @@
       field("overlap").checked = false;
       field("algorithm").value = "ring";
       field("bandwidth").value = String(1 / active.beta / 1e9);
+      field("ranks-per-node").value = "1";  // one rank a node: every link is the one measured
       field("latency").value = String(active.alpha * 1e6);
     }
 
@@ -109,7 +135,7 @@
       const w = c.work, r = active;
       return same(w.params, r.params) && same(w.computePerSample, r.computePerSample) &&
         w.microBatch === r.microBatch && w.gradientDtype === "fp32" && !w.overlap && c.algorithm === "ring" &&
-        same(c.net.alpha, r.alpha) && same(c.net.beta, r.beta);
+        same(c.net.alpha, r.alpha) && same(c.net.beta, r.beta) && c.net.ranksPerNode === 1;
     }
 
     function usePreset() {
@@ -130,7 +156,12 @@
           bucketBytes: 25 * 2 ** 20,
           overlap: field("overlap").checked,
         },
-        net: { alpha: num("latency") * 1e-6, beta: 1 / (num("bandwidth") * 1e9) },
+        net: {
+          alpha: num("latency") * 1e-6,
+          beta: 1 / (num("bandwidth") * 1e9),
+          ranksPerNode: num("ranks-per-node"),
+          inside: { alpha: num("inside-latency") * 1e-6, beta: 1 / (num("inside-bandwidth") * 1e9) },
+        },
         algorithm: field("algorithm").value,
         maxWorkers: num("workers"),
       };
@@ -138,9 +169,9 @@
 
     function valid(c) {
       const w = c.work;
-      return [w.params, w.computePerSample, w.microBatch, w.accumulation, c.maxWorkers, 1 / c.net.beta].every(
-        (v) => Number.isFinite(v) && v > 0
-      ) && c.net.alpha >= 0;
+      return [w.params, w.computePerSample, w.microBatch, w.accumulation, c.maxWorkers, 1 / c.net.beta,
+              1 / c.net.inside.beta].every((v) => Number.isFinite(v) && v > 0) &&
+        c.net.alpha >= 0 && c.net.inside.alpha >= 0;
     }
 
     function draw() {
@@ -224,6 +255,9 @@
       if (i !== presetSelect && i !== runSelect) i.addEventListener("input", draw);
     });
     usePreset();
+    const nvlink = presets.nvlink4;  // inside a node: the cost model's NVLink preset, until changed
+    field("inside-bandwidth").value = +(1 / nvlink.beta / 1e9).toPrecision(4);
+    field("inside-latency").value = +(nvlink.alpha * 1e6).toPrecision(4);
     draw();
   }
 

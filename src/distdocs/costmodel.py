@@ -32,7 +32,7 @@ import json
 import math
 from dataclasses import dataclass
 
-ALGORITHMS = ("ring", "tree", "naive")
+ALGORITHMS = ("ring", "tree", "naive", "two-level")
 GRADIENT_BYTES = {"fp32": 4, "bf16": 2}
 DDP_BUCKET_BYTES = 25 * 2**20  # DDP's default bucket_cap_mb=25
 BACKWARD_SHARE = 2 / 3  # backward costs about twice the forward: 2/3 of the compute
@@ -83,7 +83,7 @@ def allreduce_terms(world_size: int, algorithm: str = "ring") -> tuple[float, fl
     if not (isinstance(world_size, int) and world_size >= 1):
         raise ValueError(f"world_size must be a positive whole number, not {world_size!r}")
     n = world_size
-    if algorithm == "ring":
+    if algorithm in ("ring", "two-level"):  # one rank per node: the two-level allreduce is the ring across
         return 2 * (n - 1), 2 * (n - 1) / n
     if algorithm == "tree":
         rounds = 2 * math.ceil(math.log2(n)) if n > 1 else 0
@@ -124,6 +124,32 @@ def two_level_seconds(nbytes: float, ranks_per_node: int, nodes: int, inside: Ne
     within = (k - 1) * (inside.alpha + nbytes / k * inside.beta)  # the reduce-scatter; the all-gather too
     across = 2 * (big_n - 1) * (between.alpha + nbytes / (k * big_n) * k * between.beta)
     return 2 * within + across
+
+
+def allreduce_on_nodes_seconds(
+    nbytes: float,
+    world_size: int,
+    between: Network,
+    algorithm: str = "ring",
+    ranks_per_node: int = 1,
+    inside: Network | None = None,
+) -> float:
+    """One allreduce of `nbytes` over `world_size` ranks that fill nodes of `ranks_per_node`, joined
+    by `between` and linked by `inside` within a node. With one rank per node (or no `inside`), every
+    link is `between`: allreduce_seconds. The ring and the two-level allreduce know the two links;
+    the tree and naive allreduces are priced at the slower one."""
+    k = min(ranks_per_node, world_size)
+    if k <= 1 or inside is None:
+        return allreduce_seconds(nbytes, world_size, between, algorithm)
+    if world_size % k:
+        raise ValueError(f"{world_size} ranks do not fill nodes of {ranks_per_node}")
+    if world_size == k:  # one node: only the inside link
+        return allreduce_seconds(nbytes, world_size, inside, algorithm)
+    if algorithm == "ring":
+        return flat_ring_on_nodes_seconds(nbytes, k, world_size // k, inside, between)
+    if algorithm == "two-level":
+        return two_level_seconds(nbytes, k, world_size // k, inside, between)
+    return allreduce_seconds(nbytes, world_size, between, algorithm)
 
 
 @dataclass(frozen=True)
@@ -260,11 +286,21 @@ class Step:
         return self.compute + self.exposed_sync
 
 
-def step_time(work: Workload, world_size: int, network: Network, algorithm: str = "ring") -> Step:
-    """The modelled time of one step at `world_size` ranks."""
+def step_time(
+    work: Workload,
+    world_size: int,
+    network: Network,
+    algorithm: str = "ring",
+    ranks_per_node: int = 1,
+    inside: Network | None = None,
+) -> Step:
+    """The modelled time of one step at `world_size` ranks; with `ranks_per_node` and `inside`, the
+    ranks fill nodes linked by `inside` within and by `network` between (allreduce_on_nodes_seconds)."""
     compute = work.compute_per_sample * work.micro_batch * work.accumulation
     buckets = max(1, math.ceil(work.gradient_bytes / work.bucket_bytes))
-    per_bucket = allreduce_seconds(work.gradient_bytes * work.compression / buckets, world_size, network, algorithm)
+    per_bucket = allreduce_on_nodes_seconds(
+        work.gradient_bytes * work.compression / buckets, world_size, network, algorithm, ranks_per_node, inside
+    )
     sync = buckets * per_bucket
     if work.overlap:
         # The last micro-batch's backward produces bucket i at i/buckets of the way through; each
@@ -280,14 +316,21 @@ def step_time(work: Workload, world_size: int, network: Network, algorithm: str 
     return Step(world_size, compute, sync, exposed, samples / (compute + exposed))
 
 
-def simulate(work: Workload, world_sizes: list[int], network: Network, algorithm: str = "ring") -> list[Step]:
+def simulate(
+    work: Workload,
+    world_sizes: list[int],
+    network: Network,
+    algorithm: str = "ring",
+    ranks_per_node: int = 1,
+    inside: Network | None = None,
+) -> list[Step]:
     """step_time() at every world size, with speedup and efficiency against one rank."""
     if not world_sizes:
         raise ValueError("world_sizes must name at least one world size")
-    one = step_time(work, 1, network, algorithm).samples_per_s
+    one = step_time(work, 1, network, algorithm, ranks_per_node, inside).samples_per_s
     steps = []
     for n in world_sizes:
-        s = step_time(work, n, network, algorithm)
+        s = step_time(work, n, network, algorithm, ranks_per_node, inside)
         steps.append(
             Step(
                 n, s.compute, s.sync, s.exposed_sync, s.samples_per_s, s.samples_per_s / one, s.samples_per_s / one / n
