@@ -86,6 +86,14 @@ def test_the_saved_run_says_what_the_page_says():
         slow = none["100mbit"]["step_s"] / by["100mbit", hook]["step_s"]
         fast = none["loopback"]["step_s"] / by["loopback", hook]["step_s"]
         assert slow > 1.5 and slow > 2 * fast, (hook, slow, fast)
+    # "Over loopback ... compression gains little or nothing: its own work can make the step slower."
+    loopback = [none["loopback"]["step_s"] / by["loopback", hook]["step_s"] for hook in HOOKS[1:]]
+    assert max(loopback) < 1.2 and min(loopback) < 1, loopback
+    # "Error feedback ... did not lower the loss at every rank, and it lengthened every step."
+    for rank in ("1", "4"):
+        ef, no_ef = by["loopback", f"powersgd-{rank}"], by["loopback", f"powersgd-{rank}-no-ef"]
+        assert ef["step_s"] > no_ef["step_s"], (ef, no_ef)
+    assert any(by["loopback", f"powersgd-{r}"]["loss"] >= by["loopback", f"powersgd-{r}-no-ef"]["loss"] for r in "14")
     # "fp16 and bf16 end where float32 does. PowerSGD ends higher."
     for hook in ("fp16", "bf16"):
         assert abs(by["loopback", hook]["loss"] / none["loopback"]["loss"] - 1) < 0.05

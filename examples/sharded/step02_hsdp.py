@@ -109,7 +109,7 @@ def train_and_check(args: argparse.Namespace, device: torch.device) -> None:
     ref_opt = torch.optim.Adam(reference.parameters(), lr=1e-3)
     train(reference, ref_opt, device, 0, 1)
 
-    log(f"mesh {mesh.mesh.tolist()}: rows replicate, columns shard")
+    log(f"mesh {mesh.mesh.tolist()}: a row is a node sharding one copy; a column holds one shard")
     diff = 0.0
     for p, q in zip(model.parameters(), reference.parameters()):
         local = p.to_local()
