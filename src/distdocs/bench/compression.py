@@ -236,7 +236,7 @@ def bench_compression(
     of each rate, with the counted bytes and the loss; α and β fitted on every link; then the cost
     model's prediction of each dialled 2-rank step (predict)."""
     from distdocs.bench.allreduce import bench_allreduce, world_on
-    from distdocs.bench.prediction import LINK_SWEEP_SIZES, SWEEP_SIZES
+    from distdocs.bench.prediction import LINK_SWEEP_SIZES, SWEEP_SIZES, merge_runs
     from distdocs.costmodel import fit_alpha_beta
 
     places = [(1, None), (2, None)] + [(2, link) for link in rates if link]
@@ -262,7 +262,7 @@ def bench_compression(
                 if x["world_size"] == 2 and x["link"] == (link or "loopback"):
                     x.update(alpha_s=fit.network.alpha, beta_s_per_byte=fit.network.beta)
         runs.append(predict(records))
-    return _merge(runs)
+    return merge_runs(runs)
 
 
 def predict(records: list[dict]) -> list[dict]:
@@ -313,17 +313,6 @@ def predict(records: list[dict]) -> list[dict]:
             ratio_from_1_rank=from_one / x["step_s"],
         )
     return records
-
-
-def _merge(runs: list[list[dict]]) -> list[dict]:
-    merged = []
-    for i, first in enumerate(runs[0]):
-        same = [run[i] for run in runs]
-        row = {k: (statistics.median(r[k] for r in same) if isinstance(v, float) else v) for k, v in first.items()}
-        if "ratio" in first:  # on a shared machine the spread between runs is part of the result
-            row["ratio_range"] = [min(r["ratio"] for r in same), max(r["ratio"] for r in same)]
-        merged.append({**row, "repeats": len(runs)})
-    return merged
 
 
 def format_table(records: list[dict], machine: dict) -> str:

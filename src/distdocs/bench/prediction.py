@@ -79,14 +79,15 @@ def main(args: argparse.Namespace, progress=None) -> list[dict]:
 
 
 def merge_runs(runs: list[list[dict]]) -> list[dict]:
-    """Per setting, the median of every number over the runs, and the lowest and highest ratio: on a
-    shared machine the spread between runs is part of the result."""
+    """Per setting, the median of every number over the runs, and the lowest and highest ratio where
+    a row has one: on a shared machine the spread between runs is part of the result."""
     merged = []
     for i, first in enumerate(runs[0]):
         same = [run[i] for run in runs]
         row = {k: (statistics.median(r[k] for r in same) if isinstance(v, float) else v) for k, v in first.items()}
         row["repeats"] = len(runs)
-        row["ratio_range"] = [min(r["ratio"] for r in same), max(r["ratio"] for r in same)]
+        if "ratio" in first:
+            row["ratio_range"] = [min(r["ratio"] for r in same), max(r["ratio"] for r in same)]
         merged.append(row)
     return merged
 
