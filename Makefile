@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 # Material prints a banner about its successor on every build; it is noise in test logs.
 export NO_MKDOCS_2_WARNING := 1
 
-.PHONY: soak exit-soak serve test test-fast lint build pdf audit bench check-upstream gpu-check lock chromium clean
+.PHONY: soak exit-soak serve test test-fast lint build pdf audit bench check-upstream gpu-check lock chromium slurm slurm-check clean
 
 # The lock pins every package, torch==2.13.0 (a CPU build) among them: an unpinned torch would pull
 # a CUDA build of several GB. The stamp makes the install run again when the lock changes.
@@ -41,7 +41,7 @@ audit: build chromium
 # everything in one process, which takes about half as long again.
 TEST_WORKERS ?= 3
 # DeepSpeed's CPU op is compiled first, alone (tools/deepspeed_ops.py says why); once cached, this is quick.
-test: $(STAMP) chromium
+test: $(STAMP) chromium slurm
 	$(BIN)/python -m tools.deepspeed_ops
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
@@ -93,6 +93,25 @@ chromium:
 	         "the browser test will be skipped"; \
 	  fi; \
 	fi
+
+# SLURM's daemons, client and munge (Debian's 22.05), for tests/test_slurm.py: a cluster of network
+# namespaces on this machine runs the launch page's job script. Installing them needs root, as the
+# namespaces do; without root the SLURM tests are skipped.
+SLURM_COMMANDS := slurmctld slurmd sbatch munged
+slurm:
+	@if [ "$$(command -v $(SLURM_COMMANDS) | wc -l)" != 4 ]; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurmctld slurmd slurm-client munge >/dev/null; \
+	  else \
+	    echo "note: SLURM is missing and installing it needs root (apt-get install slurmctld slurmd slurm-client munge);" \
+	         "the SLURM tests will be skipped"; \
+	  fi; \
+	fi
+
+# The SLURM round trip alone: start munged, slurmctld and three slurmd in namespaces, submit the job
+# script, lose a node, preempt, check every result and that nothing is left running. Part of `make test`.
+slurm-check: $(STAMP) slurm
+	$(BIN)/python -m pytest tests/test_slurm.py -v
 
 # Regenerate requirements.lock from requirements.in in a scratch venv.
 lock:

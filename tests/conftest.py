@@ -54,6 +54,12 @@ def shared_folder(tmp_path_factory) -> Path | None:
 
 
 @pytest.fixture(scope="session")
+def workers_folder(tmp_path_factory) -> Path | None:
+    """The folder that every pytest-xdist worker of this run shares; None in a run of one process."""
+    return shared_folder(tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
 def command_runs(tmp_path_factory) -> CommandRuns:
     return CommandRuns(shared_folder(tmp_path_factory))
 

@@ -1,7 +1,8 @@
 """Training that survives losing a rank: a checkpoint every few steps, and torchrun restarts the job
 from the newest one. With --kill-rank R --kill-at-step K, rank R SIGKILLs itself at step K of the
 first attempt (with --kill-launcher, its launcher too: a lost node); the run still ends with the
-same weights as an uninterrupted one, bit for bit.
+same weights as an uninterrupted one, bit for bit. On SIGTERM, which a scheduler sends before it stops
+or preempts a job, every rank saves a checkpoint at the next step and the run stops, to resume later.
 
     TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 torchrun --standalone --nproc_per_node=2 --max-restarts=1 examples/fault_tolerance/step01_resume_after_kill.py --kill-rank 1 --kill-at-step 13
 
@@ -17,6 +18,7 @@ import os
 import signal
 import sys
 import tempfile
+import threading
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -38,6 +40,7 @@ NPROC_PER_NODE = 2
 TIMEOUT_S = 60
 
 SAMPLES, BATCH, EPOCHS = 512, 16, 2  # 512 / (2 ranks x 16) = 16 steps an epoch, 32 in all
+STOP = threading.Event()  # set by SIGTERM; the training loop checks it after every step
 
 
 def log(*args) -> None:
@@ -68,6 +71,9 @@ def parse_args() -> argparse.Namespace:
     p.add_argument(
         "--kill-in-write", type=int, metavar="STEP", help="rank 0 dies halfway through writing this step's checkpoint"
     )
+    p.add_argument(
+        "--step-seconds", type=float, default=0.0, help="sleep after each step, as a bigger model would take (default: 0)"
+    )
     args = p.parse_args()
     problems = []
     if args.ckpt_every < 1:
@@ -84,6 +90,8 @@ def parse_args() -> argparse.Namespace:
         and not (0 < args.kill_in_write < steps and args.kill_in_write % args.ckpt_every == 0)
     ):
         problems.append(f"--kill-in-write must be a checkpoint step (a multiple of --ckpt-every) below {steps}")
+    if not 0 <= args.step_seconds <= 60:
+        problems.append("--step-seconds must be in 0..60")
     if problems:
         usage_error("; ".join(problems))
     try:
@@ -99,6 +107,7 @@ def run(args: argparse.Namespace, device: torch.device) -> None:
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
 
     model, opt, sched, loader = build(device)
+    signal.signal(signal.SIGTERM, lambda signum, frame: STOP.set())  # act on it between steps, not mid-step
 
     # --8<-- [start:resume]
     step, state = checkpoint.load_latest_checkpoint(args.ckpt_dir)
@@ -112,7 +121,10 @@ def run(args: argparse.Namespace, device: torch.device) -> None:
         checkpoint.restore_rng_states(rng)  # this rank's own generators
     log(f"attempt {attempt}: {'resumed from step ' + str(step) if step else 'starting at step 0'}")
     # --8<-- [end:resume]
-    train(model, opt, sched, loader, step, device, args, attempt)
+    if not train(model, opt, sched, loader, step, device, args, attempt):
+        # Stopped by SIGTERM, with a checkpoint on disk. Exit as a process that SIGTERM ended does, so
+        # that neither torchrun nor the scheduler counts the run as finished.
+        sys.exit(128 + signal.SIGTERM)
 
     # --8<-- [start:self_check]
     # The same run, uninterrupted, in this process: the restarted run must end exactly where it does.
@@ -149,8 +161,9 @@ def build(device: torch.device):
     return model, opt, sched, loader
 
 
-def train(model, opt, sched, loader, step: int, device, args, attempt: int) -> None:
-    """From `step` to the end; with `args`, checkpoint and die as the flags say, else neither."""
+def train(model, opt, sched, loader, step: int, device, args, attempt: int) -> bool:
+    """From `step` to the end; with `args`, checkpoint and die as the flags say, else neither. False if
+    SIGTERM stopped it early, after a checkpoint."""
     rank, steps_per_epoch = dist.get_rank(), len(loader)
     total, first = EPOCHS * steps_per_epoch, step
     # The kill fires once per job: on the first attempt of a run that started from step 0 (a node
@@ -173,11 +186,30 @@ def train(model, opt, sched, loader, step: int, device, args, attempt: int) -> N
             opt.zero_grad()
             sched.step()
             step += 1
-            if args and step % args.ckpt_every == 0 and step < total:
+            stopping = args is not None and step < total and stop_requested(device)
+            if args and step < total and (step % args.ckpt_every == 0 or stopping):
                 save(model, opt, sched, step, args, attempt)
+            if stopping:
+                log(f"SIGTERM: saved a checkpoint at step {step}; stopping")
+                return False
+            if args and args.step_seconds:
+                time.sleep(args.step_seconds)
             if step == total:
                 break
     # --8<-- [end:train]
+    return True
+
+
+# --8<-- [start:stop_requested]
+def stop_requested(device) -> bool:
+    """Whether any rank got SIGTERM. The signal reaches ranks at different moments, so they agree on
+    the step to stop at: one value each, the largest wins, and every rank sees the same answer."""
+    flag = torch.tensor([1.0 if STOP.is_set() else 0.0], device=device)
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    return bool(flag.item())
+
+
+# --8<-- [end:stop_requested]
 
 
 # --8<-- [start:save]

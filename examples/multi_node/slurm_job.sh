@@ -1,6 +1,7 @@
 #!/bin/bash
 # A SLURM job: one torchrun per node, all GPUs of each node. Submit with `sbatch slurm_job.sh`; what
-# differs on your cluster comes from the variables below, e.g. `TRAIN_SCRIPT=train.py sbatch slurm_job.sh`.
+# differs on your cluster comes from the variables below, e.g. `TRAIN_SCRIPT=train.py sbatch slurm_job.sh`,
+# and from sbatch's own, which override the #SBATCH lines: SBATCH_GPUS_PER_NODE=4, SBATCH_CPUS_PER_TASK=16.
 #SBATCH --job-name=distdocs-train
 #SBATCH --nodes=2
 #SBATCH --ntasks-per-node=1
@@ -10,6 +11,7 @@
 #SBATCH --requeue
 #SBATCH --signal=B:USR1@300
 #SBATCH --output=logs/%x-%j.out
+#SBATCH --open-mode=append
 
 set -euo pipefail
 
@@ -19,14 +21,23 @@ TRAIN_SCRIPT=${TRAIN_SCRIPT:-examples/fault_tolerance/step01_resume_after_kill.p
 CKPT_DIR=${CKPT_DIR:-/shared/checkpoints/$SLURM_JOB_NAME}
 NPROC_PER_NODE=${NPROC_PER_NODE:-gpu}  # one process per visible GPU; a number on CPU-only nodes
 RDZV_PORT=${RDZV_PORT:-29500}
+TRAIN_ARGS=${TRAIN_ARGS:-}  # more arguments for the script, e.g. "--ckpt-every 100"
 
 # The first node of the allocation hosts the rendezvous; every node dials it.
 head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
 head_addr=$(srun --nodes=1 --ntasks=1 -w "$head_node" hostname --ip-address | awk '{print $1}')
 
-# Five minutes before the time limit, SLURM sends USR1 (--signal above): requeue ourselves, so that
-# the next run continues from the newest checkpoint.
-trap 'scontrol requeue "$SLURM_JOB_ID"' USR1
+# torch 2.13: a group that torchrun restarts can hang in init_process_group on the store it shares
+# with the rendezvous; a store of its own per attempt avoids it.
+export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1
+
+# Preemption and the time limit. SLURM stops a job's steps with SIGTERM, and SIGKILL KillWait seconds
+# (30 by default) later; the training saves a checkpoint on SIGTERM. Five minutes before the time
+# limit, --signal above sends USR1 to this shell only (B:), and so does `scancel --batch
+# --signal=USR1 <job>`: requeue ourselves, which stops the steps that way and puts the job back in
+# the queue, to resume from that checkpoint. A USR1 sent to the steps instead (scancel without
+# --batch) kills torchrun, which does not handle it: the job fails, and is not requeued.
+trap 'echo "USR1 reached the batch shell: requeueing job $SLURM_JOB_ID"; scontrol requeue "$SLURM_JOB_ID"' USR1
 
 srun --kill-on-bad-exit=1 torchrun \
     --nnodes="$SLURM_NNODES" \
@@ -35,5 +46,8 @@ srun --kill-on-bad-exit=1 torchrun \
     --rdzv_endpoint="$head_addr:$RDZV_PORT" \
     --rdzv_id="$SLURM_JOB_ID" \
     --max-restarts=3 \
-    "$TRAIN_SCRIPT" --ckpt-dir "$CKPT_DIR" &
-wait
+    "$TRAIN_SCRIPT" --ckpt-dir "$CKPT_DIR" $TRAIN_ARGS &
+# bash runs a trap only between commands: in the foreground, srun would hold USR1 back until the
+# training ended. `wait` returns as soon as a signal arrives, and otherwise with srun's exit code,
+# which `set -e` makes the job's: a bare `wait` would return 0, and a failed job would read COMPLETED.
+wait "$!"

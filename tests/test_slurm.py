@@ -1,0 +1,120 @@
+"""examples/multi_node/slurm_job.sh under a real slurmctld: the launch page's job script, submitted
+with sbatch to a cluster of three nodes in network namespaces (distdocs.slurm), runs the
+fault-tolerant example across two of them and ends on the one-machine hash. Then, at a random moment
+each: a node is lost and SLURM requeues the job onto the nodes left; the job is preempted with USR1
+to its batch shell, checkpoints on SIGTERM, requeues and resumes; and USR1 sent to the steps instead
+kills torchrun, and the job fails. Nothing the cluster started is left running.
+
+Every job runs once, in one cluster, under a lock that the pytest-xdist workers share; the tests
+read the records. Needs root and the SLURM packages (`make slurm` installs them); without them the
+tests skip, saying so. `make slurm-check` runs this file alone."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import time
+from pathlib import Path
+
+import pytest
+
+from distdocs import links
+from distdocs.bench import slurm as bench
+from distdocs.slurm import Cluster, SlurmError, check_can_run
+
+from docexec.commands import file_lock
+
+pytestmark = pytest.mark.processes
+
+UNINTERRUPTED = "torchrun --standalone --nproc_per_node=2 examples/fault_tolerance/step01_resume_after_kill.py"
+EVENTS = ("none", "node-loss", "preempt", "usr1-to-steps")
+
+
+def run_every_event(folder: Path, seed: int) -> dict:
+    rng = random.Random(seed)
+    records = {}
+    cluster = Cluster(folder / "cluster")
+    try:
+        cluster.start()
+        for event in EVENTS:
+            step_seconds = 0 if event == "none" else bench.STEP_SECONDS
+            records[event] = bench.run_job(cluster, folder / event, event, rng, step_seconds=step_seconds)
+    finally:
+        cluster.stop()
+    time.sleep(0.5)
+    records["left"] = {
+        "processes": cluster.leftovers(),
+        "namespaces": [ns for ns in cluster.net.namespaces() if (links.NETNS_DIR / ns).exists()],
+    }
+    return records
+
+
+@pytest.fixture(scope="session")
+def slurm_runs(tmp_path_factory, workers_folder) -> dict:
+    try:
+        check_can_run()
+    except SlurmError as e:
+        pytest.skip(str(e))
+    seed = int(os.environ["DISTDOCS_KILL_SEED"])
+    folder = (workers_folder or tmp_path_factory.mktemp("slurm")) / "slurm"
+    done = folder / "records.json"
+    with file_lock(folder.parent / "slurm.lock"):
+        if not done.exists():
+            folder.mkdir(parents=True, exist_ok=True)
+            done.write_text(json.dumps(run_every_event(folder, seed)))
+    return json.loads(done.read_text()) | {"seed": seed}
+
+
+def describe(record: dict, seed: int) -> str:
+    shown = {k: v for k, v in record.items() if k != "output"}
+    return f"DISTDOCS_KILL_SEED={seed}: {shown}\n{record['output'][-3000:]}"
+
+
+def test_the_job_script_runs_across_two_nodes(slurm_runs, command_runs):
+    run = slurm_runs["none"]
+    one = command_runs.run_ok(UNINTERRUPTED).stdout.strip().splitlines()[-1]
+    assert run["state"] == "COMPLETED" and run["restarts"] == 0, describe(run, slurm_runs["seed"])
+    assert run["nodes_after"] == "node[1-2]", describe(run, slurm_runs["seed"])
+    assert "self-check passed" in run["output"] and f"weights_sha256={run['hash']}" == one
+
+
+def test_a_lost_node_is_requeued_onto_the_nodes_left_and_resumes_bitwise(slurm_runs):
+    run, none = slurm_runs["node-loss"], slurm_runs["none"]
+    why = describe(run, slurm_runs["seed"])
+    assert run["state"] == "COMPLETED" and run["restarts"] == 1, why
+    assert run["nodes_before"] == "node[1-2]" and run["nodes_after"] == "node[1,3]", why
+    assert run["hash"] == none["hash"] and "self-check passed" in run["output"], why
+    assert run["resumed_from"] > 0 and f"resumed from step {run['resumed_from']}" in run["output"], why
+    m = run["moments_s"]
+    assert 0 < m["down"] <= m["requeued"] <= m["allocated"] <= m["resumed"], why
+
+
+def test_a_preempted_job_checkpoints_on_the_signal_requeues_and_resumes_there(slurm_runs):
+    run, none = slurm_runs["preempt"], slurm_runs["none"]
+    why = describe(run, slurm_runs["seed"])
+    assert run["state"] == "COMPLETED" and run["restarts"] == 1, why
+    assert "USR1 reached the batch shell" in run["output"], why
+    # The checkpoint is the one the signal caused, not a periodic one, and the job resumed from it.
+    assert run["checkpoint_step"] == run["resumed_from"] > 0, why
+    assert run["hash"] == none["hash"] and "self-check passed" in run["output"], why
+    m = run["moments_s"]
+    assert 0 < m["trapped"] <= m["checkpoint"] <= m["requeued"] <= m["allocated"] <= m["resumed"], why
+
+
+def test_usr1_sent_to_the_steps_kills_torchrun_and_the_job_fails_unrequeued(slurm_runs):
+    run = slurm_runs["usr1-to-steps"]
+    why = describe(run, slurm_runs["seed"])
+    assert run["state"] == "FAILED" and run["restarts"] == 0 and run["hash"] is None, why
+    assert "User defined signal 1" in run["output"] and "USR1 reached the batch shell" not in run["output"], why
+    assert "SIGTERM: saved a checkpoint" not in run["output"], why
+
+
+def test_nothing_the_cluster_started_is_left(slurm_runs):
+    assert slurm_runs["left"] == {"processes": [], "namespaces": []}
+
+
+def test_a_cluster_that_cannot_start_says_why_in_one_line(tmp_path, monkeypatch):
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    with pytest.raises(SlurmError, match=r"^a SLURM cluster in network namespaces needs root$"):
+        Cluster(tmp_path).start()
