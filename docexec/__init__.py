@@ -16,6 +16,9 @@ fences, each with a `kind`:
   command fence; they are compared with that command's run.
 - `node command`: one of the commands two machines would run (`node="ADDRESS"`); tests run them
   together, each in a network namespace with that address.
+- `slurm command` and `slurm excerpt`: a `{.bash slurm}` block of `sbatch`, `scancel` or `scontrol`
+  lines, run as written on a SLURM cluster of network namespaces (tests/test_slurm.py), and the
+  "Excerpt" after it, lines of the job's log.
 - `not executed`: under `<!-- not executed: REASON -->`, for `make` itself and installs. Keep rare:
   tests/test_docs.py allows five.
 - `unverified`: none of the above. tests/test_docs.py fails while any fence is unverified.

@@ -19,6 +19,11 @@ Kinds, decided from the fence alone:
   network namespace that has that address on an interface named `eth0`, exactly as written but for
   the `ip netns exec` in front.
 
+- slurm command: a shell fence marked `{.bash slurm}` whose every line starts with sbatch, scancel
+  or scontrol (after `NAME=value` settings): test_slurm.py runs it exactly as written, from a copy of
+  the repository's layout, on the controller of a SLURM cluster in network namespaces. A `text`
+  fence titled "Excerpt" after it (a slurm excerpt) holds lines of the job's log, checked there.
+
 A command that is meant to fail, as the debugging guide's broken examples do, says so in its info
 string: `{.bash exit="1"}` is the exit code it must end with, and `within="30"` the seconds it must
 end within. Any command may also say `busy_port="29500"`: a port the test holds open on 127.0.0.1
@@ -40,6 +45,7 @@ SNIPPET_BASES = (EXAMPLES, REPO / "src", REPO / "benchmarks", REPO / "tests", RE
 
 SHELL_LANGS = {"bash", "sh", "shell", "console"}
 COMMAND_PREFIXES = ("torchrun ", "python ", "python3 ", "distdocs")
+SLURM_PREFIXES = ("sbatch ", "scancel ", "scontrol ")
 NOT_EXECUTED = re.compile(r"^<!--\s*not executed:\s*(.*?)\s*-->$")
 INCLUDE = re.compile(r"""--8<--\s+["']([^"']+)["']""")
 OPEN = re.compile(r"^(\s*)(`{3,}|~{3,})(.*)$")
@@ -160,12 +166,12 @@ def markdown_docs_lines(path: Path) -> set[int]:
     return {t.start_line for t in tests}
 
 
-def is_command(fence: Fence) -> bool:
+def is_command(fence: Fence, prefixes: tuple[str, ...] = COMMAND_PREFIXES) -> bool:
     lines = [ln.strip() for ln in fence.body.splitlines() if ln.strip() and not ln.strip().startswith("#")]
     return (
         fence.lang in SHELL_LANGS
         and bool(lines)
-        and all(ENV_PREFIX.sub("", ln).startswith(COMMAND_PREFIXES) or ln == "wait" for ln in lines)
+        and all(ENV_PREFIX.sub("", ln).startswith(prefixes) or ln == "wait" for ln in lines)
     )
 
 
@@ -179,8 +185,13 @@ def classify(path: Path) -> list[Fence]:
             fence.kind = "include"
         elif fence.line in inline:
             fence.kind = "inline"
+        elif "slurm" in fence.options and is_command(fence, SLURM_PREFIXES):
+            fence.kind = "slurm command"
         elif is_command(fence):
             fence.kind = "node command" if "node" in fence.attrs else "command"
+        elif fence.attrs.get("title") == "Excerpt" and getattr(previous, "kind", "") == "slurm command":
+            fence.kind = "slurm excerpt"
+            fence.attrs["after"] = previous.command
         elif (
             fence.lang == "text"
             and fence.attrs.get("title") in ("Output", "Excerpt")
@@ -195,7 +206,7 @@ def classify(path: Path) -> list[Fence]:
             fence.kind = "not executed"
         else:
             fence.kind = "unverified"
-        if fence.kind not in ("output", "excerpt"):
+        if fence.kind not in ("output", "excerpt", "slurm excerpt"):
             previous = fence
     return fences
 

@@ -22,6 +22,7 @@ from distdocs.bench import (
     recovery,
     scaling,
 )
+from distdocs.bench import slurm as slurm_bench
 from distdocs.bench.harness import median_after_warmup
 from distdocs.cli import UsageError, parse_size
 from distdocs.costmodel import Network
@@ -73,6 +74,7 @@ def test_median_leaves_out_the_warmup():
         (compression, "compression-links-cpu"),
         (hierarchy, "hierarchy-links-cpu"),
         (recovery, "recovery-cpu"),
+        (slurm_bench, "slurm-recovery-cpu"),
         (exits, "exits-cpu"),
     ],
 )
@@ -418,3 +420,29 @@ def test_saved_exit_soak_supports_what_the_testing_page_says():
 def test_exit_soak_counts_a_rank_that_aborts_at_exit():
     outcome, _, excerpt = exits.launch("tests/faulty_scripts/abort_at_exit.py", 2)
     assert outcome == "abort", excerpt
+
+
+@pytest.mark.fast
+def test_saved_slurm_recovery_is_drawn_from_its_data_and_supports_what_the_multi_node_page_says():
+    data = saved("slurm-recovery-cpu")
+    records = data["records"]
+    assert (REPO / "docs/assets/slurm-recovery-cpu.svg").read_text() == slurm_bench.plot(records, data["machine"])
+    assert {r["event"] for r in records} == {"node-loss", "preempt"}
+    for r in records:
+        m = r["moments_s"]
+        assert r["state"] == "COMPLETED" and r["restarts"] == 1 and r["hash"]
+        # "Most of the time goes to SLURM's own timers": noticing a lost node and the wait in the
+        # queue make more than half of the time from the event to training again.
+        timers_s = m.get("down", 0.0) + m["allocated"] - m["requeued"]
+        assert timers_s > m["resumed"] / 2, r
+        if r["event"] == "preempt":  # "resumes from exactly the step the signal stopped it at"
+            assert r["checkpoint_step"] == r["resumed_from"] > 0
+        else:
+            assert r["nodes_after"] != r["nodes_before"]  # "the two nodes that are left"
+    # "With SLURM's defaults (300, 120 and 60 s), a lost node costs at least seven minutes ... and a
+    # preemption at least two": SlurmdTimeout + cred_expire, and cred_expire.
+    defaults = slurm_bench.SLURM_DEFAULTS_S
+    page = (REPO / "docs/recovery/multi-node.md").read_text()
+    assert "(300,\n120 and 60 s)" in page or "(300, 120 and 60 s)" in page.replace("\n", " ")
+    assert (defaults["SlurmdTimeout"] + defaults["cred_expire"]) / 60 == 7 and defaults["cred_expire"] / 60 == 2
+    assert "at least seven minutes" in page.replace("\n", " ") and "preemption at least two" in page.replace("\n", " ")

@@ -222,6 +222,7 @@ JUDGEMENT = [
     ("recovery/debugging.md", "A job hangs because one rank"),
     ("recovery/multi-node.md", "A job runs on two nodes"),
     ("recovery/multi-node.md", "Which node of a multi-node job"),
+    ("recovery/multi-node.md", "A SLURM job runs"),  # its options are held to SLURM runs in tests/test_slurm.py
 ]
 
 

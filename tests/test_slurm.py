@@ -24,6 +24,8 @@ from distdocs.bench import slurm as bench
 from distdocs.slurm import Cluster, SlurmError, check_can_run
 
 from docexec.commands import file_lock
+from docexec.fences import REPO, classify
+from docexec.outputs import DIGEST, excerpt_missing
 
 pytestmark = pytest.mark.processes
 
@@ -38,8 +40,7 @@ def run_every_event(folder: Path, seed: int) -> dict:
     try:
         cluster.start()
         for event in EVENTS:
-            step_seconds = 0 if event == "none" else bench.STEP_SECONDS
-            records[event] = bench.run_job(cluster, folder / event, event, rng, step_seconds=step_seconds)
+            records[event] = bench.run_job(cluster, folder / event, event, rng, slow=event != "none")
     finally:
         cluster.stop()
     time.sleep(0.5)
@@ -118,3 +119,30 @@ def test_a_cluster_that_cannot_start_says_why_in_one_line(tmp_path, monkeypatch)
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
     with pytest.raises(SlurmError, match=r"^a SLURM cluster in network namespaces needs root$"):
         Cluster(tmp_path).start()
+
+
+PAGE = "docs/recovery/multi-node.md"
+
+
+def test_the_page_shows_the_commands_that_ran_and_lines_of_their_logs(slurm_runs):
+    """Every slurm command on the page is one that a job above ran, exactly; every excerpt after one
+    is in the log of the job that the command ended (numbers and digests aside)."""
+    fences = [f for f in classify(REPO / PAGE) if f.kind in ("slurm command", "slurm excerpt")]
+    runs = {slurm_runs[e]["commands"][-1]: slurm_runs[e] for e in EVENTS}
+    shown = [f.command for f in fences if f.kind == "slurm command"]
+    assert sorted(shown) == sorted(runs), f"{PAGE}: its slurm commands are not the ones the tests ran"
+    for fence in (f for f in fences if f.kind == "slurm excerpt"):
+        run = runs[fence.attrs["after"]]
+        problem = excerpt_missing(DIGEST.sub("<sha256>", fence.body), DIGEST.sub("<sha256>", run["output"]))
+        assert problem is None, f"{fence.where}: {problem}\n{describe(run, slurm_runs['seed'])}"
+
+
+def test_the_quiz_on_signals_says_what_the_runs_did(slurm_runs):
+    text = (REPO / PAGE).read_text()
+    quiz = text[text.index("<quiz>\nA SLURM job runs") :].split("</quiz>")[0]
+    right = [line for line in quiz.splitlines() if line.startswith("- [x]")]
+    assert len(right) == 1 and "scancel --batch --signal=USR1" in right[0]
+    assert "- [ ] `scancel --signal=USR1 JOBID`" in quiz
+    preempt, to_steps = slurm_runs["preempt"], slurm_runs["usr1-to-steps"]
+    assert preempt["commands"][-1].startswith("scancel --batch --signal=USR1") and preempt["restarts"] == 1
+    assert to_steps["commands"][-1].startswith("scancel --signal=USR1") and to_steps["state"] == "FAILED"

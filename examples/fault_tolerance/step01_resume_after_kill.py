@@ -72,7 +72,10 @@ def parse_args() -> argparse.Namespace:
         "--kill-in-write", type=int, metavar="STEP", help="rank 0 dies halfway through writing this step's checkpoint"
     )
     p.add_argument(
-        "--step-seconds", type=float, default=0.0, help="sleep after each step, as a bigger model would take (default: 0)"
+        "--step-seconds",
+        type=float,
+        default=0.0,
+        help="sleep after each step, as a bigger model would take (default: 0)",
     )
     args = p.parse_args()
     problems = []

@@ -10,7 +10,7 @@
 #SBATCH --time=24:00:00
 #SBATCH --requeue
 #SBATCH --signal=B:USR1@300
-#SBATCH --output=logs/%x-%j.out
+#SBATCH --output=%x-%j.out
 #SBATCH --open-mode=append
 
 set -euo pipefail

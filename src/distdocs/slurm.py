@@ -8,17 +8,21 @@ scontrol run unchanged, as on a real cluster.
 
 Every node is a namespace with its own network (an address on one switch), host name (UTS namespace)
 and /etc/hosts (mount namespace) that names every node, so host names resolve as on a cluster. One
-munged, in the machine's own namespaces, signs every message; the nodes share this machine's file
-system, which stands in for the shared one that checkpoints need. Each slurmd is a separate daemon
-in a separate node, so this works without SLURM's --enable-multiple-slurmd build option.
+munged, on the controller, signs every message for all of them through its socket file. The nodes
+share this machine's file system, which stands in for the shared one that checkpoints need. Each
+slurmd is a daemon of its own in a node of its own, so this works without SLURM's
+--enable-multiple-slurmd build option.
 
 What differs from a real cluster: every node runs on the same CPUs; SLURM tracks a job's processes
-by their parent (proctrack/linuxproc), not by cgroups, since a namespace hides /sys/fs/cgroup; and a
-requeued job waits `cred_expire` seconds before it may start again (SLURM's default is 120; this one
-sets 10).
+by their parents (proctrack/linuxproc), not by cgroups, which the nodes would have to share; and
+three timers are shortened, so that a test waits seconds, not minutes: SlurmdTimeout (a silent
+node is down after 10 s, not 300), cred_expire (a requeued job may start after 10 s, not 120) and
+sched_interval (the scheduler's pass every 5 s, not 60).
 
 Needs root, iproute2 and the Debian packages in PACKAGES. `SlurmError` says in one line why a
-cluster cannot start here. Everything started is stopped when the `with` block ends, however it ends.
+cluster cannot start here. Everything started runs inside the cluster's namespaces, and is stopped
+when the `with` block ends, however it ends; a cluster whose process was killed is removed with its
+namespaces by the next one built on the machine (distdocs.links.remove_orphans).
 """
 
 from __future__ import annotations
@@ -110,7 +114,9 @@ class Cluster:
             r = self.root
             self._daemon(
                 "munged",
-                [
+                [  # in the controller's namespace, so that removing the namespaces stops it too
+                    "nsenter",
+                    f"--net=/run/netns/{self.namespace(CONTROLLER)}",
                     "munged",
                     "--foreground",
                     "--force",
@@ -264,7 +270,16 @@ SlurmdParameters=config_overrides
                 os.kill(pid, 9)
             except ProcessLookupError:
                 pass
+        for entry in [e for e in self._daemons if e[1].pid in pids]:
+            entry[1].wait(timeout=30)
+            self._daemons.remove(entry)
         return pids
+
+    def restore_node(self, name: str, timeout_s: float = 60) -> None:
+        """Power a lost node back on: start its slurmd again, and wait until slurmctld counts it idle
+        (ReturnToService=2 returns a DOWN node that registers)."""
+        self._daemon(f"slurmd on {name}", self._on_node(name, ["slurmd", "-D", "-N", name]))
+        self._wait_for(lambda: name in self.idle_nodes(), timeout_s, f"{name} did not come back idle")
 
     def pids(self, name: str) -> list[int]:
         """The processes running on node `name`."""

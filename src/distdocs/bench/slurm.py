@@ -16,6 +16,7 @@ import argparse
 import os
 import random
 import re
+import shutil
 import statistics
 import sys
 import tempfile
@@ -25,13 +26,22 @@ from pathlib import Path
 
 from distdocs.bench.harness import machine_line
 from distdocs.cli import require
-from distdocs.slurm import Cluster
+from distdocs.slurm import Cluster, SlurmError, check_can_run
 
 REPO = Path(__file__).resolve().parents[3]
 SCRIPT = "examples/multi_node/slurm_job.sh"
 EXAMPLE = "examples/fault_tolerance/step01_resume_after_kill.py"
 EVENTS = ("none", "node-loss", "preempt", "usr1-to-steps")
-STEP_SECONDS = 0.3  # each training step sleeps this long, so that an event lands mid-run
+# The commands, as the multi-node page shows them; its tests check that they are these. A CPU node
+# has no GPU for the #SBATCH line that asks for them, and runs one process.
+SUBMIT = "SBATCH_GPUS_PER_NODE=0 NPROC_PER_NODE=1 CKPT_DIR=checkpoints sbatch examples/multi_node/slurm_job.sh"
+SLOW = "TRAIN_ARGS=--step-seconds=0.3 "  # each step sleeps 0.3 s, so that an event lands mid-run
+# SLURM's defaults for the three timers that distdocs.slurm shortens, in seconds (slurm.conf(5), 22.05).
+SLURM_DEFAULTS_S = {"SlurmdTimeout": 300, "cred_expire": 120, "sched_interval": 60}
+COMMANDS = {
+    "preempt": "scancel --batch --signal=USR1 --name=distdocs-train",
+    "usr1-to-steps": "scancel --signal=USR1 --name=distdocs-train",
+}
 DONE = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE")
 # The moments, each the first line after the event that matches: (where, pattern).
 MARKS = {
@@ -68,14 +78,23 @@ PHASES = {
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeat", type=int, default=3, help="runs of each event; medians (default: 3)")
     parser.add_argument("--seed", type=int, default=0, help="draws the moment of each event (default: 0)")
+    parser.add_argument(
+        "--events", default="node-loss,preempt", help="which, comma-separated (default: node-loss,preempt)"
+    )
 
 
 def main(args: argparse.Namespace, progress=None) -> list[dict]:
     require(args.repeat >= 1, "--repeat must be at least 1")
+    events = args.events.split(",")
+    require(set(events) <= set(PHASES), f"--events: choose from {', '.join(PHASES)}")
+    try:
+        check_can_run()
+    except SlurmError as e:
+        require(False, str(e))
     rng = random.Random(args.seed)
     records = []
     with tempfile.TemporaryDirectory() as tmp, Cluster(Path(tmp) / "cluster") as cluster:
-        for event in ("node-loss", "preempt"):
+        for event in events:
             for i in range(args.repeat):
                 if progress:
                     progress(f"{event}, run {i + 1} of {args.repeat}")
@@ -83,34 +102,20 @@ def main(args: argparse.Namespace, progress=None) -> list[dict]:
     return records
 
 
-def job_env(ckpt_dir: Path, step_seconds: float = STEP_SECONDS) -> dict:
-    """The variables a CPU cluster sets for the job script: the script's own, and sbatch's for the
-    #SBATCH line that asks for GPUs."""
-    return {
-        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
-        "TRAIN_SCRIPT": str(REPO / EXAMPLE),
-        "CKPT_DIR": str(ckpt_dir),
-        "NPROC_PER_NODE": "1",
-        "SBATCH_GPUS_PER_NODE": "0",
-        "TRAIN_ARGS": f"--step-seconds {step_seconds}" if step_seconds else "",
-    }
-
-
 def run_job(
-    cluster: Cluster,
-    workdir: Path,
-    event: str,
-    rng: random.Random,
-    step_seconds: float = STEP_SECONDS,
-    timeout_s: float = 300,
+    cluster: Cluster, workdir: Path, event: str, rng: random.Random, slow: bool = True, timeout_s: float = 300
 ) -> dict:
-    """Submit the job script from `workdir`, let the event happen between 1 and 5 s into training,
-    and wait for the job to end. Returns its state, output, and each moment in s after the event."""
+    """Submit the job script with SUBMIT (with `slow`, SLOW first) from `workdir`, laid out as the
+    repository, let the event happen between 1 and 5 s into training, and wait for the job to end.
+    Returns its state, output, and each moment in s after the event."""
     if event not in EVENTS:
         raise ValueError(f"event {event!r}: expected one of {', '.join(EVENTS)}")
-    (workdir / "logs").mkdir(parents=True)
-    job = cluster.submit(REPO / SCRIPT, env=job_env(workdir / "ckpt", step_seconds), cwd=workdir)
-    output = workdir / "logs" / f"distdocs-train-{job}.out"
+    for path in (SCRIPT, EXAMPLE):  # what the commands name, where they name it
+        (workdir / path).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(REPO / path, workdir / path)
+    submit = SLOW + SUBMIT if slow else SUBMIT
+    job = int(re.search(r"Submitted batch job (\d+)", shell(cluster, submit, workdir)).group(1))
+    output = workdir / f"distdocs-train-{job}.out"
     arrived: list[tuple[float, str]] = []  # (wall clock, line) of the job's output, as it arrives
     deadline = time.time() + timeout_s
     delay = round(rng.uniform(1, 5), 2)
@@ -127,21 +132,25 @@ def run_job(
             nodes = cluster.job(job)["NodeList"]
             event_at = time.time()
             if event == "node-loss":
-                cluster.lose_node(cluster.hostnames(nodes)[1])  # not the first: it runs the batch shell
+                lost = cluster.hostnames(nodes)[1]  # not the first: it runs the batch shell
+                cluster.lose_node(lost)
             else:
-                cluster.client("scancel", *(["--batch"] if event == "preempt" else []), "--signal=USR1", str(job))
+                shell(cluster, COMMANDS[event], workdir)
         info = cluster.job(job)
         if info["JobState"] in DONE and (event == "none" or event_at is not None):
             break
         if now > deadline:
             raise RuntimeError(f"job {job} ({event}) still {info['JobState']} after {timeout_s:.0f} s")
         time.sleep(0.1)
+    if event == "node-loss":
+        cluster.restore_node(lost)  # for the next job
     time.sleep(0.3)  # the last lines
     text = output.read_text(errors="replace")
     for line in text.splitlines()[len(arrived) :]:
         arrived.append((time.time(), line))
     record = {
         "event": event,
+        "commands": [submit] + ([COMMANDS[event]] if event in COMMANDS else []),
         "job": job,
         "state": info["JobState"],
         "restarts": int(info.get("Restarts", 0)),
@@ -154,6 +163,12 @@ def run_job(
     if event in MARKS:
         record |= moments(cluster, job, event, event_at, arrived)
     return record
+
+
+def shell(cluster: Cluster, command: str, cwd: Path) -> str:
+    """`command`, exactly as written, run by bash on the controller from `cwd`; its stdout."""
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"  # torchrun, for the job
+    return cluster.client("bash", "-c", command, env={"PATH": path}, cwd=cwd)
 
 
 def moments(cluster: Cluster, job: int, event: str, event_at: float, arrived: list) -> dict:
@@ -198,3 +213,40 @@ def format_table(records: list[dict], machine: dict) -> str:
         )
         lines.append("")
     return "\n".join(lines).rstrip()
+
+
+def plot(records: list[dict], machine: dict) -> str:
+    """One bar per event, from the event to training again, split into its phases (medians)."""
+    from distdocs.figures import pyplot, to_svg
+
+    events = [e for e in PHASES if any(r["event"] == e for r in records)]
+    fig, ax = pyplot().subplots(figsize=(9.6, 1.9 + 0.6 * len(events)))
+    kinds = [  # the phases of both events, by what they are
+        ("C3", "node marked down / every rank saves on SIGTERM"),
+        ("C1", "the job's steps stopped, the job requeued"),
+        ("0.65", "waiting in the queue (cred_expire, the scheduler's pass)"),
+        ("C0", "torchrun starts, the group forms, the checkpoint loads"),
+    ]
+    for y, event in enumerate(events):
+        runs = [r for r in records if r["event"] == event]
+        start = 0.0
+        for (later, earlier, _), (colour, _) in zip(PHASES[event], kinds):
+            span = statistics.median(r["moments_s"][later] - r["moments_s"].get(earlier, 0.0) for r in runs)
+            ax.barh(y, span, left=start, color=colour, edgecolor="white", height=0.6)
+            if span > 2.5:
+                ax.text(start + span / 2, y, f"{span:.0f} s", ha="center", va="center", fontsize=8, color="white")
+            start += span
+    from matplotlib.patches import Patch
+
+    handles = [Patch(color=colour, label=text) for colour, text in kinds]
+    ax.set_yticks(range(len(events)), ["a node lost" if e == "node-loss" else "preempted (USR1)" for e in events])
+    ax.set(xlabel="seconds after the event, until the job trains again (medians)")
+    ax.invert_yaxis()
+    ax.legend(handles=handles, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.35), ncol=2, frameon=False)
+    fig.suptitle(
+        f"SLURM 22.05 on 3 nodes in network namespaces; {machine['cpu']}, {machine['cores']} cores, "
+        f"torch {machine['torch']}, {machine['date']}",
+        fontsize=8,
+    )
+    fig.tight_layout()
+    return to_svg(fig)
