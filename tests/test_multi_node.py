@@ -8,6 +8,7 @@ without it those tests skip, saying so."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -15,6 +16,7 @@ import sys
 import time
 from pathlib import Path
 
+import jsonschema
 import pytest
 import yaml
 
@@ -64,6 +66,54 @@ def test_slurm_recipe_parses_and_launches_the_example():
     text = script.read_text()
     assert "#SBATCH --requeue" in text and "--rdzv_backend=c10d" in text
     assert SCRIPT in text and (REPO / SCRIPT).is_file()
+
+
+SCHEMA = REPO / "tests/schemas/kubeflow-pytorchjob-v1.9.0.json"  # "source" in it says where it comes from
+
+
+def unknown_fields(value, schema: dict, path: str = "") -> list[str]:
+    """The fields of `value` that `schema` does not name: what the API server drops without a word
+    (or rejects, with `kubectl apply --validate=strict`). A misspelled key is one of them."""
+    if schema.get("x-kubernetes-preserve-unknown-fields"):
+        return []
+    found = []
+    if isinstance(value, dict) and "properties" in schema:
+        for key, item in value.items():
+            if key not in schema["properties"]:
+                found.append(f"{path}.{key}")
+            else:
+                found += unknown_fields(item, schema["properties"][key], f"{path}.{key}")
+    elif isinstance(value, dict) and isinstance(schema.get("additionalProperties"), dict):
+        for key, item in value.items():
+            found += unknown_fields(item, schema["additionalProperties"], f"{path}.{key}")
+    elif isinstance(value, list) and "items" in schema:
+        for i, item in enumerate(value):
+            found += unknown_fields(item, schema["items"], f"{path}[{i}]")
+    return found
+
+
+def schema_problems(job: dict) -> list[str]:
+    """What the training operator's CustomResourceDefinition says is wrong with `job`: JSON-schema
+    errors, then unknown fields. metadata is the API server's to check, not the CRD's."""
+    schema = json.loads(SCHEMA.read_text())["schema"]
+    validator = jsonschema.Draft7Validator(schema)
+    errors = [f"{'.'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(job)]
+    return errors + unknown_fields({k: v for k, v in job.items() if k != "metadata"}, schema)
+
+
+def test_kubernetes_recipe_is_valid_against_the_training_operators_schema():
+    job = yaml.safe_load((EXAMPLES / "multi_node/pytorchjob.yaml").read_text())
+    assert schema_problems(job) == []
+    # The check can fail: a wrong type, a missing required field and a misspelled key each do.
+    worker = job["spec"]["pytorchReplicaSpecs"]["Worker"]
+    for broken, expected in [
+        ({"replicas": "two"}, "'two' is not of type 'integer'"),
+        ({"template": {"spec": {"containers": [{"image": "x"}]}}}, "'name' is a required property"),
+        ({"restartpolicy": "OnFailure"}, ".spec.pytorchReplicaSpecs.Worker.restartpolicy"),
+    ]:
+        bad = json.loads(json.dumps(job))
+        bad["spec"]["pytorchReplicaSpecs"]["Worker"] = worker | broken
+        assert any(expected in p for p in schema_problems(bad)), (broken, schema_problems(bad))
 
 
 def test_kubernetes_recipe_is_a_valid_pytorchjob():

@@ -39,6 +39,9 @@ def run_every_event(folder: Path, seed: int) -> dict:
     cluster = Cluster(folder / "cluster")
     try:
         cluster.start()
+        (folder / "config").mkdir(parents=True)
+        config = bench.shell(cluster, bench.CONFIG, folder / "config")
+        records["config"] = {"commands": [bench.CONFIG], "output": config}
         for event in EVENTS:
             records[event] = bench.run_job(cluster, folder / event, event, rng, slow=event != "none")
     finally:
@@ -68,6 +71,7 @@ def slurm_runs(tmp_path_factory, workers_folder) -> dict:
 
 
 def describe(record: dict, seed: int) -> str:
+    """A run's record and the end of its output, for a failing assertion."""
     shown = {k: v for k, v in record.items() if k != "output"}
     return f"DISTDOCS_KILL_SEED={seed}: {shown}\n{record['output'][-3000:]}"
 
@@ -128,7 +132,7 @@ def test_the_page_shows_the_commands_that_ran_and_lines_of_their_logs(slurm_runs
     """Every slurm command on the page is one that a job above ran, exactly; every excerpt after one
     is in the log of the job that the command ended (numbers and digests aside)."""
     fences = [f for f in classify(REPO / PAGE) if f.kind in ("slurm command", "slurm excerpt")]
-    runs = {slurm_runs[e]["commands"][-1]: slurm_runs[e] for e in EVENTS}
+    runs = {slurm_runs[e]["commands"][-1]: slurm_runs[e] for e in (*EVENTS, "config")}
     shown = [f.command for f in fences if f.kind == "slurm command"]
     assert sorted(shown) == sorted(runs), f"{PAGE}: its slurm commands are not the ones the tests ran"
     for fence in (f for f in fences if f.kind == "slurm excerpt"):

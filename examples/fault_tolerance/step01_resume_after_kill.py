@@ -12,6 +12,7 @@ It imports distdocs.checkpoint, which the failure-and-recovery page builds: `pip
 """
 
 import argparse
+import gc
 import hashlib
 import io
 import os
@@ -20,6 +21,7 @@ import sys
 import tempfile
 import threading
 import time
+import traceback
 from datetime import timedelta
 from pathlib import Path
 
@@ -124,7 +126,16 @@ def run(args: argparse.Namespace, device: torch.device) -> None:
         checkpoint.restore_rng_states(rng)  # this rank's own generators
     log(f"attempt {attempt}: {'resumed from step ' + str(step) if step else 'starting at step 0'}")
     # --8<-- [end:resume]
-    if not train(model, opt, sched, loader, step, device, args, attempt):
+    try:
+        finished = train(model, opt, sched, loader, step, device, args, attempt)
+    except BaseException as e:
+        # A failed step (a lost peer, say) would keep the DDP model alive in the traceback, past the
+        # group's teardown, and DDP's gloo thread would then abort the exit: free it first.
+        traceback.clear_frames(e.__traceback__)
+        del model, opt, sched, loader
+        gc.collect()
+        raise
+    if not finished:
         # Stopped by SIGTERM, with a checkpoint on disk. Exit as a process that SIGTERM ended does, so
         # that neither torchrun nor the scheduler counts the run as finished.
         sys.exit(128 + signal.SIGTERM)

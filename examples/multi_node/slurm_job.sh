@@ -12,33 +12,40 @@
 #SBATCH --signal=B:USR1@300
 #SBATCH --output=%x-%j.out
 #SBATCH --open-mode=append
+# (--open-mode=append: a requeued run adds to the same log instead of replacing it)
 
 set -euo pipefail
 
 # Your script and its arguments. A requeued job starts here again, on whatever nodes it gets, so the
-# checkpoints must be on a file system that all of them share.
+# checkpoints must be on a file system that all of them share. The folder is the job's name: a job
+# submitted again under the same name continues from its checkpoints, so give each run its own.
 TRAIN_SCRIPT=${TRAIN_SCRIPT:-examples/fault_tolerance/step01_resume_after_kill.py}
 CKPT_DIR=${CKPT_DIR:-/shared/checkpoints/$SLURM_JOB_NAME}
 NPROC_PER_NODE=${NPROC_PER_NODE:-gpu}  # one process per visible GPU; a number on CPU-only nodes
-RDZV_PORT=${RDZV_PORT:-29500}
+RDZV_PORT=${RDZV_PORT:-29500}  # another job on the same first node needs another port
 TRAIN_ARGS=${TRAIN_ARGS:-}  # more arguments for the script, e.g. "--ckpt-every 100"
 
-# The first node of the allocation hosts the rendezvous; every node dials it.
+# The first node of the allocation hosts the rendezvous; every node dials it. Its first address that
+# is not loopback (`hostname --ip-address` resolves the name, and a Debian-style /etc/hosts gives
+# 127.0.1.1); on nodes with several networks, set RDZV_HOST to the address on the one they share.
 head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
-head_addr=$(srun --nodes=1 --ntasks=1 -w "$head_node" hostname --ip-address | awk '{print $1}')
+head_addr=${RDZV_HOST:-$(srun --nodes=1 --ntasks=1 -w "$head_node" hostname --all-ip-addresses | awk '{print $1}')}
 
 # torch 2.13: a group that torchrun restarts can hang in init_process_group on the store it shares
 # with the rendezvous; a store of its own per attempt avoids it.
 export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1
 
 # Preemption and the time limit. SLURM stops a job's steps with SIGTERM, and SIGKILL KillWait seconds
-# (30 by default) later; the training saves a checkpoint on SIGTERM. Five minutes before the time
-# limit, --signal above sends USR1 to this shell only (B:), and so does `scancel --batch
-# --signal=USR1 <job>`: requeue ourselves, which stops the steps that way and puts the job back in
-# the queue, to resume from that checkpoint. A USR1 sent to the steps instead (scancel without
-# --batch) kills torchrun, which does not handle it: the job fails, and is not requeued.
+# (30 by default) later; the training saves a checkpoint on SIGTERM, which must fit in that time.
+# Five minutes before the time limit, --signal above sends USR1 to this shell only (B:), and so does
+# `scancel --batch --signal=USR1 <job>`: requeue ourselves at once, which stops the steps that way
+# and puts the job back in the queue, to resume from that checkpoint. A USR1 sent to the steps
+# instead (scancel without --batch) kills torchrun, which does not handle it: the job fails, and is
+# not requeued.
 trap 'echo "USR1 reached the batch shell: requeueing job $SLURM_JOB_ID"; scontrol requeue "$SLURM_JOB_ID"' USR1
 
+# --kill-on-bad-exit: a node whose torchrun fails stops the others' too, rather than leaving them to
+# wait at the rendezvous.
 srun --kill-on-bad-exit=1 torchrun \
     --nnodes="$SLURM_NNODES" \
     --nproc_per_node="$NPROC_PER_NODE" \

@@ -36,6 +36,8 @@ EVENTS = ("none", "node-loss", "preempt", "usr1-to-steps")
 # has no GPU for the #SBATCH line that asks for them, and runs one process.
 SUBMIT = "SBATCH_GPUS_PER_NODE=0 NPROC_PER_NODE=1 CKPT_DIR=checkpoints sbatch examples/multi_node/slurm_job.sh"
 SLOW = "TRAIN_ARGS=--step-seconds=0.3 "  # each step sleeps 0.3 s, so that an event lands mid-run
+# The settings that bound recovery, as the page asks the cluster for them.
+CONFIG = "scontrol show config | grep -E 'KillWait|SlurmdTimeout|PreemptMode|SchedulerParameters'"
 # SLURM's defaults for the three timers that distdocs.slurm shortens, in seconds (slurm.conf(5), 22.05).
 SLURM_DEFAULTS_S = {"SlurmdTimeout": 300, "cred_expire": 120, "sched_interval": 60}
 COMMANDS = {
