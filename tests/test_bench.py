@@ -12,6 +12,7 @@ from distdocs import cli
 from distdocs.bench import (
     allreduce,
     buckets,
+    checkpointing,
     compression,
     ddp,
     exits,
@@ -74,6 +75,7 @@ def test_median_leaves_out_the_warmup():
         (compression, "compression-links-cpu"),
         (hierarchy, "hierarchy-links-cpu"),
         (recovery, "recovery-cpu"),
+        (checkpointing, "checkpointing-cpu"),
         (slurm_bench, "slurm-recovery-cpu"),
         (exits, "exits-cpu"),
     ],
@@ -446,3 +448,18 @@ def test_saved_slurm_recovery_is_drawn_from_its_data_and_supports_what_the_multi
     assert "(300,\n120 and 60 s)" in page or "(300, 120 and 60 s)" in page.replace("\n", " ")
     assert (defaults["SlurmdTimeout"] + defaults["cred_expire"]) / 60 == 7 and defaults["cred_expire"] / 60 == 2
     assert "at least seven minutes" in page.replace("\n", " ") and "preemption at least two" in page.replace("\n", " ")
+
+
+@pytest.mark.fast
+def test_saved_checkpointing_supports_what_the_checkpoint_page_says():
+    rows = checkpointing.medians(saved("checkpointing-cpu")["records"])
+    background = [r for r in rows if r["kind"] == "async"]
+    assert len(background) >= 2
+    for r in rows:
+        assert 0 < r["stall_s"] <= r["durable_s"]  # durable only once it has stopped stalling
+        if r["kind"] == "sync":  # a blocking save costs training its whole write, and nothing besides
+            assert r["slower_steps_s"] == 0 and r["cost_s"] == r["stall_s"] == r["durable_s"]
+    # "the steps beside the write slow down, and the stall grows with the state"
+    assert all(r["slower_steps_s"] > 0 for r in background)
+    stalls = [r["stall_s"] for r in sorted(background, key=lambda r: r["size_mib"])]
+    assert stalls == sorted(stalls)

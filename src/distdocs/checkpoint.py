@@ -60,13 +60,14 @@ def write_atomically(path: str | os.PathLike, payload: bytes) -> None:
 # --8<-- [end:write]
 
 
-def checkpoint_interval_s(write_s: float, between_failures_s: float) -> float:
+def checkpoint_interval_s(cost_s: float, between_failures_s: float) -> float:
     """The checkpoint interval that wastes the least time, Young's approximation √(2δM) (Young 1974):
-    a checkpoint costs `write_s` (δ) of writing per interval, and a failure, every
+    a checkpoint costs training `cost_s` (δ) per interval (the whole write, when the save blocks;
+    the stall and the slower steps, when it writes in the background), and a failure, every
     `between_failures_s` (M) on average, costs half an interval of training done again."""
-    if not (write_s > 0 and between_failures_s > 0):
-        raise ValueError(f"both times must be positive, not {write_s!r} and {between_failures_s!r}")
-    return math.sqrt(2 * write_s * between_failures_s)
+    if not (cost_s > 0 and between_failures_s > 0):
+        raise ValueError(f"both times must be positive, not {cost_s!r} and {between_failures_s!r}")
+    return math.sqrt(2 * cost_s * between_failures_s)
 
 
 def check_writable(folder: str | os.PathLike) -> Path:
