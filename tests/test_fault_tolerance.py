@@ -45,6 +45,20 @@ def test_a_rank_killed_at_any_step_resumes_to_the_same_weights(command_runs, uni
     assert weights_hash(result) == uninterrupted
 
 
+# A kill whose newest checkpoint is mid-epoch (16 steps an epoch), with DataLoader worker processes.
+MID_EPOCH = [(r, k) for r, k in POINTS if k >= 4 and k // 4 * 4 % 16]
+WITH_WORKERS = random.Random(int(os.environ.get("DISTDOCS_KILL_SEED", "0")) + 1).choice(MID_EPOCH)
+
+
+def test_a_kill_mid_epoch_with_loader_workers_resumes_to_the_same_weights(command_runs, uninterrupted):
+    rank, step = WITH_WORKERS
+    result = command_runs.run_ok(f"{RESTARTING} --workers 2 --kill-rank {rank} --kill-at-step {step}")
+    assert f"failed (exitcode: -9) local_rank: {rank}" in result.stderr, result.describe()
+    assert f"attempt 1: resumed from step {step // 4 * 4}" in result.stdout, result.describe()
+    # The same hash as the run without workers: they change when batches are read, never which.
+    assert weights_hash(result) == uninterrupted, f"rank {rank} killed at step {step}"
+
+
 def test_a_kill_halfway_through_a_checkpoint_write_falls_back_to_the_one_before(command_runs, uninterrupted):
     result = command_runs.run_ok(f"{RESTARTING} --kill-in-write 12")
     assert "failed (exitcode: -9) local_rank: 0" in result.stderr, result.describe()
@@ -62,6 +76,7 @@ def test_a_kill_halfway_through_a_checkpoint_write_falls_back_to_the_one_before(
             "error: --kill-in-write must be a checkpoint step (a multiple of --ckpt-every) below 32",
         ),
         ("--ckpt-every 0", "error: --ckpt-every must be at least 1"),
+        ("--workers 9", "error: --workers must be in 0..8"),
     ],
 )
 def test_kill_flags_out_of_range_get_one_line_and_exit_2(command_runs, flags, message):
@@ -74,3 +89,36 @@ def test_an_unwritable_checkpoint_folder_fails_before_training(command_runs, tmp
     result = command_runs.run(f"torchrun --standalone --nproc_per_node=2 {SCRIPT} --ckpt-dir {blocker}/ckpt")
     assert result.returncode != 0 and not result.timed_out and not result.leftovers, result.describe()
     assert "is not writable" in result.stderr and "attempt 0" not in result.stdout, result.describe()
+
+
+def test_stateful_dataloader_resumes_a_distributed_sampler_mid_epoch_with_workers():
+    """What the checkpoint page says of torchdata's StatefulDataLoader: its state_dict, taken mid-epoch
+    with 2 worker processes and loaded into a new loader, gives the batches an uninterrupted one gives."""
+    import torch
+    from torch.utils.data import DistributedSampler, TensorDataset
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    def loader():
+        g = torch.Generator().manual_seed(0)
+        data = TensorDataset(torch.randn(512, 4, generator=g), torch.arange(512))
+        sampler = DistributedSampler(data, num_replicas=2, rank=1, shuffle=True, seed=0)  # no group needed
+        return StatefulDataLoader(data, batch_size=16, sampler=sampler, num_workers=2), sampler
+
+    whole, sampler = loader()
+    expected = []
+    for epoch in (0, 1):
+        sampler.set_epoch(epoch)
+        expected += [ids.tolist() for _, ids in whole]
+    first, sampler = loader()
+    sampler.set_epoch(0)
+    got = [ids.tolist() for _, ids in first]
+    sampler.set_epoch(1)
+    batches = iter(first)
+    got += [next(batches)[1].tolist() for _ in range(5)]  # 5 of the epoch's 16 batches, then a kill
+    state = first.state_dict()
+    del batches, first
+    second, sampler = loader()
+    second.load_state_dict(state)
+    sampler.set_epoch(1)  # the epoch is the sampler's, not in the loader's state: set it as before
+    got += [ids.tolist() for _, ids in second]
+    assert got == expected

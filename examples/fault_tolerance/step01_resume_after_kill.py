@@ -79,6 +79,7 @@ def parse_args() -> argparse.Namespace:
         default=0.0,
         help="sleep after each step, as a bigger model would take (default: 0)",
     )
+    p.add_argument("--workers", type=int, default=0, help="DataLoader worker processes per rank (default: 0)")
     args = p.parse_args()
     problems = []
     if args.ckpt_every < 1:
@@ -97,6 +98,8 @@ def parse_args() -> argparse.Namespace:
         problems.append(f"--kill-in-write must be a checkpoint step (a multiple of --ckpt-every) below {steps}")
     if not 0 <= args.step_seconds <= 60:
         problems.append("--step-seconds must be in 0..60")
+    if not 0 <= args.workers <= 8:
+        problems.append("--workers must be in 0..8")
     if problems:
         usage_error("; ".join(problems))
     try:
@@ -111,7 +114,7 @@ def run(args: argparse.Namespace, device: torch.device) -> None:
     rank = dist.get_rank()
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
 
-    model, opt, sched, loader = build(device)
+    model, opt, sched, loader = build(device, args.workers)
     signal.signal(signal.SIGTERM, lambda signum, frame: STOP.set())  # act on it between steps, not mid-step
 
     # --8<-- [start:resume]
@@ -142,7 +145,7 @@ def run(args: argparse.Namespace, device: torch.device) -> None:
 
     # --8<-- [start:self_check]
     # The same run, uninterrupted, in this process: the restarted run must end exactly where it does.
-    ref_model, ref_opt, ref_sched, ref_loader = build(device)
+    ref_model, ref_opt, ref_sched, ref_loader = build(device, args.workers)
     train(ref_model, ref_opt, ref_sched, ref_loader, 0, device, None, attempt)
     for p, q in zip(model.parameters(), ref_model.parameters()):
         assert torch.equal(p, q), "the resumed run ended elsewhere than an uninterrupted one"
@@ -160,13 +163,14 @@ def run(args: argparse.Namespace, device: torch.device) -> None:
     log(f"weights_sha256={hashlib.sha256(params).hexdigest()}")
 
 
-def build(device: torch.device):
+def build(device: torch.device, workers: int = 0):
     g = torch.Generator().manual_seed(0)
     data = TensorDataset(torch.randn(SAMPLES, 32, generator=g), torch.randn(SAMPLES, 1, generator=g))
     sampler = DistributedSampler(data, shuffle=True, seed=0)  # the order depends only on seed and epoch
     # Its own generator: otherwise each new iterator draws from the global one, and a resumed run,
     # which starts an epoch's iterator again, would draw once more than an uninterrupted one.
-    loader = DataLoader(data, batch_size=BATCH, sampler=sampler, generator=torch.Generator())
+    # Worker processes change when a batch is read, not which: the sampler alone says which samples.
+    loader = DataLoader(data, batch_size=BATCH, sampler=sampler, num_workers=workers, generator=torch.Generator())
     torch.manual_seed(0)  # the same initial weights on every rank
     model = DDP(nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Dropout(0.1), nn.Linear(64, 1)).to(device))
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
