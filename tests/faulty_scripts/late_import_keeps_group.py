@@ -33,6 +33,7 @@ def named_threads() -> list[str]:
 
 # --8<-- [start:repro]
 dist.init_process_group("gloo", timeout=timedelta(seconds=30))
+dist.barrier()  # every rank connected before any can leave: rank 0 finishing first broke rank 1's init
 rank = dist.get_rank()
 import torch.distributed.nn  # noqa: E402, F401  after init: its default arguments now hold the group
 
