@@ -3,8 +3,8 @@ node a network namespace of distdocs.links with a host name of its own, so that 
 scontrol run unchanged, as on a real cluster.
 
     with Cluster(tmp_path, nodes=3) as cluster:
-        job = cluster.submit("examples/multi_node/slurm_job.sh", env={...}, cwd=tmp_path)
-        cluster.wait(job, lambda info: info["JobState"] == "COMPLETED", timeout_s=120)
+        cluster.client("sbatch", "--parsable", "job.sh", cwd=tmp_path)  # '1': the job's id
+        cluster.job(1)["JobState"]  # 'RUNNING', then 'COMPLETED'
 
 Every node is a namespace with its own network (an address on one switch), host name (UTS namespace)
 and /etc/hosts (mount namespace) that names every node, so host names resolve as on a cluster. One
@@ -228,26 +228,10 @@ SlurmdParameters=config_overrides
             raise SlurmError(f"{' '.join(args)}: {result.stderr.strip() or f'exit code {result.returncode}'}")
         return result.stdout
 
-    def submit(self, script: str | os.PathLike, *options: str, env: dict | None = None, cwd=None) -> int:
-        """sbatch `script`; its job id."""
-        out = self.client("sbatch", "--parsable", *options, str(script), env=env, cwd=cwd)
-        return int(out.strip().split(";")[0])
-
     def job(self, job_id: int) -> dict:
         """`scontrol show job` as a dict: JobState, NodeList, Restarts, Reason..."""
         out = self.client("scontrol", "show", "job", "-o", str(job_id))
         return dict(re.findall(r"(\w+)=(\S*)", out))
-
-    def wait(self, job_id: int, until, timeout_s: float, poll_s: float = 0.2) -> dict:
-        """Poll the job until `until(info)` holds; its info then. SlurmError after `timeout_s`."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            info = self.job(job_id)
-            if until(info):
-                return info
-            if time.monotonic() > deadline:
-                raise SlurmError(f"job {job_id} still {info.get('JobState')} after {timeout_s:.0f} s")
-            time.sleep(poll_s)
 
     def hostnames(self, nodelist: str) -> list[str]:
         """'node[1-2]' -> ['node1', 'node2'], as the job script expands $SLURM_JOB_NODELIST."""
