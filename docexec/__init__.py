@@ -14,8 +14,9 @@ fences, each with a `kind`:
 - `output` and `excerpt`: a `text` block titled "Output" (all that the command above prints on
   stdout) or "Excerpt" (lines among others on stdout and stderr, such as an error), right after a
   command fence; they are compared with that command's run.
-- `node command`: one of the commands two machines would run (`node="ADDRESS"`); tests run them
-  together, each in a network namespace with that address.
+- `node command` and `node excerpt`: one of the commands two machines would run (`node="ADDRESS"`);
+  tests run them together, each in a network namespace with that address; the "Excerpt" after one
+  holds lines that node printed.
 - `slurm command` and `slurm excerpt`: a `{.bash slurm}` block of `sbatch`, `scancel` or `scontrol`
   lines, run as written on a SLURM cluster of network namespaces (tests/test_slurm.py), and the
   "Excerpt" after it, lines of the job's log.

@@ -17,7 +17,8 @@ Kinds, decided from the fence alone:
 - node command: a command fence with `node="ADDRESS"` in its info string, one of the commands that
   two machines would run. test_multi_node.py runs each page's node commands together, each in a
   network namespace that has that address on an interface named `eth0`, exactly as written but for
-  the `ip netns exec` in front.
+  the `ip netns exec` in front. A `text` fence titled "Excerpt" after one (a node excerpt) holds
+  lines that the node printed, checked there.
 
 - slurm command: a shell fence marked `{.bash slurm}` whose every line starts with sbatch, scancel
   or scontrol (after `NAME=value` settings): test_slurm.py runs it exactly as written, from a copy of
@@ -52,6 +53,7 @@ OPEN = re.compile(r"^(\s*)(`{3,}|~{3,})(.*)$")
 # Environment variables set for one command, as in `TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 torchrun ...`.
 ENV_PREFIX = re.compile(r"^(?:[A-Za-z_][A-Za-z0-9_]*=\S*\s+)+")
 FAILURE_ATTRS = ("exit", "within", "busy_port")  # see the module's docstring
+ORCHESTRATED = ("slurm command", "node command")  # run by tests that set the scene; their excerpts are checked there
 TAB = re.compile(r"""^(\s*)===\+?\s+"(.*)"\s*$""")
 
 
@@ -189,8 +191,11 @@ def classify(path: Path) -> list[Fence]:
             fence.kind = "slurm command"
         elif is_command(fence):
             fence.kind = "node command" if "node" in fence.attrs else "command"
-        elif fence.attrs.get("title") == "Excerpt" and getattr(previous, "kind", "") == "slurm command":
-            fence.kind = "slurm excerpt"
+        elif fence.attrs.get("title") == "Excerpt" and getattr(previous, "kind", "") in (
+            "slurm command",
+            "node command",
+        ):
+            fence.kind = previous.kind.replace("command", "excerpt")
             fence.attrs["after"] = previous.command
         elif (
             fence.lang == "text"
@@ -206,7 +211,7 @@ def classify(path: Path) -> list[Fence]:
             fence.kind = "not executed"
         else:
             fence.kind = "unverified"
-        if fence.kind not in ("output", "excerpt", "slurm excerpt"):
+        if fence.kind not in ("output", "excerpt", "slurm excerpt", "node excerpt"):
             previous = fence
     return fences
 

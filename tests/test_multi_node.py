@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import json
 import os
+import random
+import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -22,6 +25,7 @@ import yaml
 
 from docexec.commands import Background, command_env, lay_out_as_copied
 from docexec.fences import EXAMPLES, REPO, classify
+from docexec.outputs import excerpt_missing
 
 pytestmark = pytest.mark.processes  # the test tier: see the testing page
 
@@ -230,4 +234,70 @@ def test_the_launch_pages_node_commands_run_as_written_in_two_namespaces(
     expected = command_runs.run_ok(loopback).stdout.strip()
     assert expected and expected in texts[0], texts[0][-2000:]
     for _ in fences:
+        record_property("executed", "shell commands")
+
+
+def netns_pids(name: str) -> list[int]:
+    out = subprocess.run(["ip", "netns", "pids", name], capture_output=True, text=True, timeout=30).stdout
+    return [int(pid) for pid in out.split()]
+
+
+def wait_for(what: str, ready, runs: list[Background], timeout_s: float = 120) -> None:
+    """Poll `ready()` until it holds; fail, saying `what`, if a run ends first or the time runs out."""
+    deadline = time.monotonic() + timeout_s
+    while not ready():
+        ended = [run for run in runs if run.proc.poll() is not None]
+        assert not ended and time.monotonic() < deadline, f"never: {what}"
+        time.sleep(0.1)
+
+
+def test_the_elastic_node_commands_shrink_when_a_node_is_lost_and_grow_when_it_returns(
+    namespaces, tmp_path, record_property
+):
+    """The page's two elastic node commands, each in the namespace with its address, from one shared
+    folder: a random moment after the checkpoint at step 10, every process of the second node is
+    SIGKILLed; once the first trains alone, the second command runs again. Both end with 0, the first
+    node's log goes 2 -> 1 -> 2 ranks and passes the one-process check, and the page's excerpt is
+    in it, numbers aside."""
+    fences = [f for f in classify(PAGE) if f.kind in ("node command", "node excerpt")]
+    commands = [f for f in fences if f.kind == "node command"]
+    (excerpt,) = [f for f in fences if f.kind == "node excerpt"]
+    by_address = {address: name for name, address in zip(namespaces.values(), NAMESPACES.values())}
+    assert [f.attrs["node"] for f in commands] == list(by_address), [f.where for f in commands]
+    seed = int(os.environ.get("DISTDOCS_KILL_SEED", "0"))
+    delay = random.Random(seed + 2).uniform(1, 4)
+    env = command_env(gpu=False) | lay_out_as_copied(commands[0].command, tmp_path)
+
+    def start(i: int, log: Path) -> Background:
+        args = ["ip", "netns", "exec", by_address[commands[i].attrs["node"]], "bash", "-c", commands[i].command]
+        return Background(args, log, cwd=tmp_path, env=env)
+
+    logs = [tmp_path / "first.log", tmp_path / "second.log", tmp_path / "second-again.log"]
+    first, second = start(0, logs[0]), start(1, logs[1])
+    runs = [first, second]
+    try:
+        wait_for("a checkpoint at step 10", lambda: (tmp_path / "elastic/step_000010").is_dir(), runs)
+        time.sleep(delay)
+        lost = netns_pids(by_address[commands[1].attrs["node"]])
+        for pid in lost:  # the node loses power: every process at once, no goodbye
+            os.kill(pid, signal.SIGKILL)
+        assert second.wait(timeout_s=30) != 0 and lost
+        wait_for("the first node training alone", lambda: "on 1 rank:" in logs[0].read_text(), [first])
+        runs.append(start(1, logs[2]))
+        codes = finish([first, runs[2]])
+    finally:
+        for run in runs:
+            run.stop()
+    text = logs[0].read_text()
+    why = (
+        f"DISTDOCS_KILL_SEED={seed}, SIGKILL {delay:.1f} s after step 10\n" + text[-3000:] + logs[2].read_text()[-1500:]
+    )
+    assert codes == [0, 0], why
+    sizes = re.search(r"world sizes 2 from step 0 -> 1 from step (\d+) -> 2 from step (\d+)\n", text)
+    assert sizes and 10 <= int(sizes[1]) < int(sizes[2]) < 40, why
+    assert "self-check passed" in text, why
+    problem = excerpt_missing(excerpt.body, text)
+    assert problem is None, f"{excerpt.where}: {problem}\n{why}"
+    assert not any(netns_pids(name) for name in namespaces.values()), "processes outlived the run"
+    for _ in commands:
         record_property("executed", "shell commands")

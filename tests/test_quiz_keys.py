@@ -124,6 +124,17 @@ def rounding_key() -> str:
     return "equal up to floating-point rounding"
 
 
+def elastic_key() -> str:
+    # what the survivor of the multi-node page's elastic run printed (tests/test_multi_node.py checks it)
+    (excerpt,) = [f.body for f in classify(DOCS / "recovery/multi-node.md") if f.kind == "node excerpt"]
+    two, one = (
+        re.search(rf"on {n} ranks?: 16 samples a step, (\d+) micro-batch(?:es)? of 4 per rank", excerpt)[1]
+        for n in (2, 1)
+    )
+    assert int(one) == 2 * int(two)
+    return f"{one} micro-batches of 4"
+
+
 def compression_key() -> str:
     # 40 ms of computation and 400 ms of sync at 2 ranks, no overlap; fp16 halves the bytes.
     work = Workload(params=1e6, compute_per_sample=40e-3 / 8, micro_batch=8, overlap=False)
@@ -174,6 +185,7 @@ COMPUTED = {
     ("practice/scaling.md", "Accumulating four micro-batches"): accumulation_sync_key,
     ("practice/sync-and-async.md", "Local SGD averages"): local_sgd_key,
     ("recovery/checkpoint-and-resume.md", "A checkpoint takes 1 minute"): checkpoint_interval_key,
+    ("recovery/multi-node.md", "An elastic job"): elastic_key,
     ("quiz.md", "Two ranks each hold half of a batch"): rounding_key,
 }
 
