@@ -6,7 +6,8 @@ the code, since CI has no GPU to run it on.
    tensor is moved only by reassigning it) is passed to a collective (`dist.all_reduce`, `broadcast`,
    `send`, ...). nccl takes GPU tensors only: "No backend type associated with device type cpu".
 2. **A model that DDP wraps was never moved.** `DDP(model)` where the model was built without
-   `.to(device)`: under nccl, DDP is built on a CPU module.
+   `.to(device)`: under nccl, DDP is built on a CPU module. torchft's `DistributedDataParallel(manager,
+   model)` wraps its second argument.
 3. **A clock read that does not wait for the GPU.** A function (or a class's methods, together) that
    reads a clock twice or more (`time.perf_counter`, `time.monotonic`, `time.time`) to take a duration,
    and never synchronizes (`torch.cuda.synchronize(...)`, or a call of a helper named `now`,
@@ -160,9 +161,13 @@ def check_source(source: str, path: str = "<source>") -> list[Finding]:
                             what = f"{ast.unparse(el)} reaches {called} without a device"
                             findings.append(Finding(path, call.lineno, "cpu-tensor-in-collective", what))
             if called in {"DDP", "DistributedDataParallel"} and call.args:
-                built = origin(call.args[0], call.lineno, in_place=True)
+                wrapped = call.args[0]
+                first = origin(wrapped, call.lineno, in_place=True)
+                if len(call.args) > 1 and isinstance(first, ast.Call) and _name(first.func) == "Manager":
+                    wrapped = call.args[1]  # torchft's DistributedDataParallel(manager, module)
+                built = origin(wrapped, call.lineno, in_place=True)
                 if built is not None and _builds_unmoved_module(built) and not says_cpu(call.lineno, built.lineno):
-                    what = f"DDP({ast.unparse(call.args[0])}) was never moved"
+                    what = f"DDP({ast.unparse(wrapped)}) was never moved"
                     findings.append(Finding(path, call.lineno, "unmoved-model-in-ddp", what))
     findings += _unsynchronized_clocks(tree, path, says_cpu)
     return sorted(set(findings), key=lambda f: f.line)

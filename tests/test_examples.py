@@ -54,7 +54,10 @@ def test_example_passes_its_self_check(script, command_runs, record_property):
 def test_example_shows_the_same_setup_as_the_first_lesson(script):
     section = setup_section(script)
     if section is None:  # a framework that starts the group itself must still show that call
-        assert "deepspeed.init_distributed(" in script.read_text(), f"{script.name} has no setup section"
+        text = script.read_text()
+        assert "deepspeed.init_distributed(" in text or "torchft" in text and "Manager(" in text, (
+            f"{script.name} has no setup section"
+        )
         return
     assert section == setup_section(FIRST), f"{script.name}: its setup section differs from {FIRST.name}'s"
 
@@ -69,7 +72,9 @@ def test_example_imports_torch_and_at_most_the_piece_its_page_builds(script):
     assert len(ours) <= 1 and ours <= {f"distdocs.{name}" for name in ALLOWED_IN_EXAMPLES}, ours
     if ours:
         assert "pip install -e ." in ast.get_docstring(tree), "say in the docstring how to install the piece"
-    others = {m.split(".")[0] for m in modules} - {"distdocs", "torch", "deepspeed"} - sys.stdlib_module_names
+    # The two frameworks whose pages teach them: DeepSpeed (launchers) and torchft (multi-node).
+    frameworks = {"distdocs", "torch", "deepspeed", "torchft"}
+    others = {m.split(".")[0] for m in modules} - frameworks - sys.stdlib_module_names
     assert not others, f"{script.name} needs more than torch: {others}"
 
 

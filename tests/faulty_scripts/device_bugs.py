@@ -61,6 +61,16 @@ def wrap_fixed(width: int, device: torch.device) -> DDP:
     return DDP(model)
 
 
+def wrap_torchft(width: int, Manager, DistributedDataParallel):  # torchft's: (manager, module)
+    manager = Manager()
+    return DistributedDataParallel(manager, nn.Linear(width, width))  # flagged: unmoved-model-in-ddp
+
+
+def wrap_torchft_fixed(width: int, device: torch.device, Manager, DistributedDataParallel):
+    manager = Manager()
+    return DistributedDataParallel(manager, nn.Linear(width, width).to(device))
+
+
 def train(model: nn.Module, x: torch.Tensor) -> float:
     start = time.perf_counter()
     model(x).sum().backward()
