@@ -24,6 +24,7 @@ from distdocs.bench import (
     scaling,
 )
 from distdocs.bench import slurm as slurm_bench
+from distdocs.bench import torchft as torchft_bench
 from distdocs.bench.harness import median_after_warmup
 from distdocs.cli import UsageError, parse_size
 from distdocs.costmodel import Network
@@ -77,6 +78,7 @@ def test_median_leaves_out_the_warmup():
         (recovery, "recovery-cpu"),
         (checkpointing, "checkpointing-cpu"),
         (slurm_bench, "slurm-recovery-cpu"),
+        (torchft_bench, "torchft-recovery-cpu"),
         (exits, "exits-cpu"),
     ],
 )
@@ -463,3 +465,25 @@ def test_saved_checkpointing_supports_what_the_checkpoint_page_says():
     assert all(r["slower_steps_s"] > 0 for r in background)
     stalls = [r["stall_s"] for r in sorted(background, key=lambda r: r["size_mib"])]
     assert stalls == sorted(stalls)
+
+
+@pytest.mark.fast
+def test_saved_torchft_recovery_is_drawn_from_its_data_and_supports_what_the_multi_node_page_says():
+    data = saved("torchft-recovery-cpu")
+    records = data["records"]
+    assert (REPO / "docs/assets/torchft-recovery-cpu.svg").read_text() == torchft_bench.plot(records, data["machine"])
+    kinds = [r["kind"] for r in records]
+    assert kinds.count("torchft") == kinds.count("torchft-later") == kinds.count("torchrun") >= 3
+    heartbeat_s, tick_s = 5.0, 0.1  # the lighthouse's defaults (torchft_lighthouse --help)
+    for r in records:
+        if r["kind"] == "torchft":  # back at once: the quorum takes the lost group in as it arrives
+            assert r["kill_to_survivor_s"] == pytest.approx(r["kill_to_rejoined_s"], abs=0.5), r
+            assert r["kill_to_survivor_s"] < heartbeat_s, r
+        if r["kind"] == "torchft-later":  # "It cannot wait longer than its heartbeat timeout"
+            assert r["kill_to_survivor_s"] < heartbeat_s + 2 * tick_s + r["step_seconds"] + 0.5, r
+            assert r["kill_to_survivor_s"] < r["kill_to_relaunch_s"] < r["kill_to_rejoined_s"], r
+        assert r["redone_steps"] == 0 or r["kind"] == "torchrun"
+    # "With a model this small, restarting everything costs about as much": within a factor of two.
+    rows = dict(torchft_bench.medians(records))
+    restart, survivor = rows[torchft_bench.ROWS[0][2]], rows[torchft_bench.ROWS[1][2]]
+    assert 0.5 < survivor / restart < 2, rows

@@ -53,6 +53,20 @@ def test_two_launchers_end_where_one_machine_ends(command_runs, which):
         assert "attempt 1: resumed from step 12" in result.stdout, result.describe()
 
 
+def test_torchft_groups_train_on_and_end_with_the_same_weights(command_runs):
+    """The page's torchft command (run once for this test and test_docs): group 1 dies and heals, group 0
+    trains on; both end with one hash, and group 0's record shows a step that counted its batch alone."""
+    (command,) = [c for c in page_commands() if "step04_torchft.py" in c]
+    result = command_runs.run_ok(command)
+    hashes = re.findall(r"^\[group (\d)\] weights_sha256=(\w+)$", result.stdout, re.M)
+    assert sorted(g for g, _ in hashes) == ["0", "1"] and len({h for _, h in hashes}) == 1, result.describe()
+    counted = re.search(r"^groups whose batches counted, step by step: (.+)$", result.stdout, re.M)
+    steps = counted[1].split() if counted else []
+    assert len(steps) == 40 and "0" in steps and "0+1" in steps, result.describe()
+    firsts = [int(n) for n in re.findall(r"^\[group 1\] first step: (\d+), with the weights", result.stdout, re.M)]
+    assert "[group 1] SIGKILL at step 20" in result.stdout and firsts and firsts[-1] >= 20, result.describe()
+
+
 def test_kill_launcher_needs_a_kill_at_or_after_the_first_checkpoint(command_runs):
     result = command_runs.run(
         f"torchrun --standalone --nproc_per_node=2 {SCRIPT} --kill-rank 1 --kill-at-step 2 --kill-launcher"

@@ -233,7 +233,7 @@ JUDGEMENT = [
     ("recovery/debugging.md", "Each rank times its computation"),
     ("recovery/debugging.md", "A job hangs because one rank"),
     ("recovery/multi-node.md", "A job runs on two nodes"),
-    ("recovery/multi-node.md", "Which node of a multi-node job"),
+    ("recovery/multi-node.md", "A job runs as two torchft"),  # its run is held by tests/test_multi_node.py
     ("recovery/multi-node.md", "A SLURM job runs"),  # its options are held to SLURM runs in tests/test_slurm.py
 ]
 

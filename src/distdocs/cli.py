@@ -61,6 +61,7 @@ BENCHMARKS = {
     "compression": "torch's DDP compression hooks over dialled links: bytes, step time, loss, prediction",
     "hierarchy": "2 nodes x 2 ranks over a dialled link: flat ring, two-level allreduce, gloo; DDP, FSDP, HSDP bytes",
     "recovery": "from a rank killed under torchrun back to training: each phase timed, 2 ranks",
+    "torchft": "torchft's replica groups beside torchrun's restart-everything: one rank of 2 killed, both timed",
     "checkpointing": "DCP's save against async_save while training: the stall, the time to durable, 2 ranks",
     "slurm": "SLURM requeues a job after a lost node or a preemption signal: each phase timed (root)",
     "exits": "examples launched again and again under torchrun: how many ranks abort at exit",
