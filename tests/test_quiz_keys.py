@@ -135,6 +135,12 @@ def elastic_key() -> str:
     return f"{one} micro-batches of 4"
 
 
+def mfu_key() -> str:
+    # the profile-first page's own command prints it, from torchtitan's inputs (tests/test_mfu.py)
+    text = output("practice/profile-first.md", "distdocs mfu")
+    return re.search(r"^MFU: ([\d.]+%)$", text, re.M)[1]
+
+
 def compression_key() -> str:
     # 40 ms of computation and 400 ms of sync at 2 ranks, no overlap; fp16 halves the bytes.
     work = Workload(params=1e6, compute_per_sample=40e-3 / 8, micro_batch=8, overlap=False)
@@ -186,6 +192,7 @@ COMPUTED = {
     ("practice/sync-and-async.md", "Local SGD averages"): local_sgd_key,
     ("recovery/checkpoint-and-resume.md", "A checkpoint takes 1 minute"): checkpoint_interval_key,
     ("recovery/multi-node.md", "An elastic job"): elastic_key,
+    ("practice/profile-first.md", "A dense transformer trains at 2973"): mfu_key,
     ("quiz.md", "Two ranks each hold half of a batch"): rounding_key,
 }
 

@@ -130,6 +130,29 @@ def cmd_memory(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_mfu(args: argparse.Namespace) -> int:
+    from distdocs import mfu
+
+    shape = (args.layers, args.hidden, args.seq_len)
+    require(all(v > 0 for v in shape), "--layers, --hidden and --seq-len must be positive")
+    require(args.tokens_per_s > 0 and args.peak_tflops > 0, "--tokens-per-s and --peak-tflops must be positive")
+    llama = (args.heads, args.kv_heads, args.ffn, args.vocab)
+    if args.params is not None:
+        require(all(v is None for v in llama), "give --params, or --heads, --kv-heads, --ffn and --vocab: not both")
+        params = parse_count(args.params)
+    else:
+        require(
+            all(v is not None and v > 0 for v in llama) and args.hidden % args.heads == 0,
+            "give --params, or --heads, --kv-heads, --ffn and --vocab (positive; heads divide --hidden)",
+        )
+        counted = mfu.llama_params(args.layers, args.hidden, *llama)
+        params = counted.without_embedding if args.without_embedding else counted.total
+        what = "without the embedding table" if args.without_embedding else "the embedding table included"
+        print(f"parameters (Llama layout, {what}): {params:,}")
+    print(mfu.report(params, *shape, args.tokens_per_s, args.peak_tflops))
+    return 0
+
+
 def sim_inputs(args: argparse.Namespace):
     """The workload and network that `distdocs sim` flags describe, and a note on where they came from."""
     from distdocs import costmodel
@@ -251,6 +274,26 @@ def build_parser(benchmark: str | None = None) -> argparse.ArgumentParser:
     ]:
         mem.add_argument(flag, type=int, help=f"{text}, for the activation estimate")
     mem.set_defaults(func=cmd_memory)
+
+    m = sub.add_parser("mfu", help="FLOPs per token of a dense transformer, and the MFU a throughput reaches")
+    m.add_argument("--params", help="parameter count (8.03B, 7e9); or count them from the layout below")
+    for flag, text in [
+        ("--layers", "transformer layers"),
+        ("--hidden", "hidden size (heads x head size)"),
+        ("--seq-len", "sequence length in tokens"),
+    ]:
+        m.add_argument(flag, type=int, required=True, help=text)
+    for flag, text in [
+        ("--heads", "attention heads"),
+        ("--kv-heads", "key and value heads (grouped-query attention)"),
+        ("--ffn", "feed-forward (SwiGLU) hidden size"),
+        ("--vocab", "vocabulary size"),
+    ]:
+        m.add_argument(flag, type=int, help=f"{text}: with the three others, count the parameters")
+    m.add_argument("--without-embedding", action="store_true", help="leave the embedding table out of N")
+    m.add_argument("--tokens-per-s", type=float, required=True, help="training tokens per second, per device")
+    m.add_argument("--peak-tflops", type=float, required=True, help="the device's peak, in the matmuls' precision")
+    m.set_defaults(func=cmd_mfu)
 
     sim = sub.add_parser("sim", help="predict data-parallel step time and speedup with the cost model")
     sim.add_argument("--params", help="parameters whose gradients sync: 8.4M, 1.3B")
