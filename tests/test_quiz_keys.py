@@ -17,7 +17,7 @@ from distdocs.memory import bytes_per_parameter
 from distdocs.pipeline import bubble_fraction
 from distdocs.simulate import ring_allreduce
 
-from docexec.fences import DOCS, classify
+from docexec.fences import DOCS, REPO, classify
 
 pytestmark = pytest.mark.fast  # the test tier: see the testing page
 
@@ -141,6 +141,19 @@ def mfu_key() -> str:
     return re.search(r"^MFU: ([\d.]+%)$", text, re.M)[1]
 
 
+def expert_capacity_key() -> str:
+    # the expert-parallelism page's example: its constants, the page's factor, its 2 ranks
+    import ast
+
+    source = (REPO / "examples/expert_parallel/step01_moe_all_to_all.py").read_text()
+    assign = next(
+        n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Assign) and "TOKENS" in ast.unparse(n.targets[0])
+    )
+    experts, _, _, tokens = ast.literal_eval(assign.value)
+    ranks = 2
+    return str((experts // ranks) * int(1.25 * tokens / experts) * ranks)
+
+
 def compression_key() -> str:
     # 40 ms of computation and 400 ms of sync at 2 ranks, no overlap; fp16 halves the bytes.
     work = Workload(params=1e6, compute_per_sample=40e-3 / 8, micro_batch=8, overlap=False)
@@ -193,6 +206,7 @@ COMPUTED = {
     ("recovery/checkpoint-and-resume.md", "A checkpoint takes 1 minute"): checkpoint_interval_key,
     ("recovery/multi-node.md", "An elastic job"): elastic_key,
     ("practice/profile-first.md", "A dense transformer trains at 2973"): mfu_key,
+    ("lesson/expert-parallelism.md", "Two ranks hold 4 experts"): expert_capacity_key,
     ("quiz.md", "Two ranks each hold half of a batch"): rounding_key,
 }
 
@@ -212,6 +226,10 @@ JUDGEMENT = [
     ("lesson/pipeline-parallelism.md", "Why not simply use very many"),
     ("lesson/sharded-data-parallelism.md", "Sharded data parallelism (FSDP, ZeRO-3) replaces"),
     ("lesson/sharded-data-parallelism.md", "What does sharding the model state cost"),
+    (
+        "lesson/expert-parallelism.md",
+        "Four experts sit on two ranks",
+    ),  # the skewed run shows it (test_expert_parallel.py)
     ("lesson/tensor-parallelism.md", "Why is tensor parallelism used"),
     ("practice/best-practices.md", "Before adding a second GPU"),
     ("practice/best-practices.md", "When is a checkpoint a backup"),
