@@ -44,7 +44,7 @@ EXAMPLE_PATH = re.compile(r"\bexamples/[\w/]+\.py\b")
 # The distdocs pieces an example may import, because its page builds them: the ring, BucketedDDP,
 # gpipe_step, the checkpoint writer, and the timers the debugging guide shares with the benchmarks. They
 # import nothing from distdocs but each other.
-ALLOWED_IN_EXAMPLES = ("collectives", "ddp", "pipeline", "checkpoint", "timing")
+ALLOWED_IN_EXAMPLES = ("collectives", "ddp", "pipeline", "checkpoint", "timing", "attention")
 
 KILL_GRACE_S = 3.0
 # Helpers that end on their own once their parent has gone (multiprocessing's resource tracker, say)

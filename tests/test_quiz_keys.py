@@ -230,6 +230,8 @@ JUDGEMENT = [
         "lesson/expert-parallelism.md",
         "Four experts sit on two ranks",
     ),  # the skewed run shows it (test_expert_parallel.py)
+    ("lesson/context-parallelism.md", "Why does ring attention pass"),
+    ("lesson/context-parallelism.md", "With causal attention and contiguous"),  # the ring's own skip rule
     ("lesson/tensor-parallelism.md", "Why is tensor parallelism used"),
     ("practice/best-practices.md", "Before adding a second GPU"),
     ("practice/best-practices.md", "When is a checkpoint a backup"),
