@@ -60,6 +60,7 @@ def mfu(tokens_per_s: float, flops_token: float, peak_flops: float) -> float:
 
 
 def report(params: float, layers: int, hidden: int, seq_len: int, tokens_per_s: float, peak_tflops: float) -> str:
+    """What `distdocs mfu` prints: the FLOPs per token and their two terms, the FLOP/s achieved, the MFU."""
     total = flops_per_token(params, layers, hidden, seq_len)
     weights, attention = 6 * params, 12 * layers * hidden * seq_len
     share = mfu(tokens_per_s, total, peak_tflops * 1e12)
