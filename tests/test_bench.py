@@ -482,7 +482,6 @@ def test_saved_torchft_recovery_is_drawn_from_its_data_and_supports_what_the_mul
         if r["kind"] == "torchft-later":  # "It cannot wait longer than its heartbeat timeout"
             assert r["kill_to_survivor_s"] < heartbeat_s + 2 * tick_s + r["step_seconds"] + 0.5, r
             assert r["kill_to_survivor_s"] < r["kill_to_relaunch_s"] < r["kill_to_rejoined_s"], r
-        assert r["redone_steps"] == 0 or r["kind"] == "torchrun"
     # "With a model this small, restarting everything costs about as much": within a factor of two.
     rows = dict(torchft_bench.medians(records))
     restart, survivor = rows[torchft_bench.ROWS[0][2]], rows[torchft_bench.ROWS[1][2]]

@@ -67,20 +67,21 @@ def torchft_run(kill_at_step: int, later_s: float = 0.0, step_seconds: float = 0
     """The page's three commands: group 0 (hosting the lighthouse), group 1 killed at `kill_at_step`,
     group 1 again `later_s` after it is gone. Returns when each mark was seen, in seconds after the kill."""
     torchrun = shutil.which("torchrun", path=os.path.dirname(sys.executable)) or "torchrun"
-    lines: list[tuple[str, float, str]] = []
+    lines: list[tuple[float, str]] = []  # each line of output, with when it arrived
+    readers: list[threading.Thread] = []
     start = time.monotonic()
 
     def launch(group: int, *extra: str) -> subprocess.Popen:
         env = {**os.environ, "TORCHFT_LIGHTHOUSE": f"http://127.0.0.1:{port}", "REPLICA_GROUP_ID": str(group)}
         command = [torchrun, "--standalone", "--nproc_per_node=1", EXAMPLE, "--step-seconds", str(step_seconds), *extra]
         proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-        name = f"group {group}"
 
         def read() -> None:
             for line in proc.stdout:
-                lines.append((name, time.monotonic() - start, line))
+                lines.append((time.monotonic() - start, line))
 
-        threading.Thread(target=read, daemon=True).start()
+        readers.append(threading.Thread(target=read, daemon=True))
+        readers[-1].start()
         return proc
 
     port = free_port()
@@ -96,11 +97,12 @@ def torchft_run(kill_at_step: int, later_s: float = 0.0, step_seconds: float = 0
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
-    time.sleep(0.2)  # the reader threads' last lines
-    text = "".join(line for _, _, line in lines)
-    kill = next(((t, int(m[1])) for _, t, ln in lines if (m := KILL.search(ln))), None)
-    survivor = next(((t, float(m[2])) for _, t, ln in lines if (m := SURVIVOR.search(ln))), None)
-    firsts = [(t, int(m[1]), int(m[2])) for _, t, ln in lines if (m := FIRST.search(ln))]
+    for reader in readers:  # a process's output ends when it does
+        reader.join(timeout=10)
+    text = "".join(line for _, line in lines)
+    kill = next(((t, int(m[1])) for t, ln in lines if (m := KILL.search(ln))), None)
+    survivor = next(((t, float(m[2])) for t, ln in lines if (m := SURVIVOR.search(ln))), None)
+    firsts = [(t, int(m[1]), int(m[2])) for t, ln in lines if (m := FIRST.search(ln))]
     back = next(((t, step) for t, g, step in firsts if g == 1 and kill and t > kill[0]), None)
     if codes != [0, 0] or text.count("self-check passed") != 1 or not (kill and survivor and back):
         raise RuntimeError(f"the torchft run failed (exit codes {codes}):\n{text[-3000:]}")
@@ -113,7 +115,6 @@ def torchft_run(kill_at_step: int, later_s: float = 0.0, step_seconds: float = 0
         "kill_to_relaunch_s": relaunched - kill[0],
         "kill_to_rejoined_s": back[0] - kill[0],
         "rejoined_at_step": back[1],
-        "redone_steps": 0,
     }
 
 
