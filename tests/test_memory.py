@@ -141,6 +141,8 @@ def test_the_70b_example_needs_16_devices_as_tp_8_by_pp_2():
         ["--params", "7B", "--precision", "bf16-mixed"],
         ["--params", "7B", "--layers", "2"],
         ["--params", "7B", "--devices", "0"],
+        ["--params", "7B", *"--layers 2 --hidden 8 --seq-len 4 --micro-batch 1 --recompute none".split()],
+        ["--params", "7B", *"--layers 2 --hidden 8 --seq-len 4 --micro-batch 1 --recompute some".split()],
     ],
 )
 @pytest.mark.fast

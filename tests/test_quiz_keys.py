@@ -231,6 +231,8 @@ JUDGEMENT = [
         "Four experts sit on two ranks",
     ),  # the skewed run shows it (test_expert_parallel.py)
     ("lesson/context-parallelism.md", "Why does ring attention pass"),
+    ("lesson/activation-recomputation.md", "A layer keeps 34"),  # the calculator's terms (test_recomputation.py)
+    ("lesson/activation-recomputation.md", "Why does selective recomputation"),
     ("lesson/context-parallelism.md", "With causal attention and contiguous"),  # the ring's own skip rule
     ("lesson/tensor-parallelism.md", "Why is tensor parallelism used"),
     ("practice/best-practices.md", "Before adding a second GPU"),

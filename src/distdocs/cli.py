@@ -113,9 +113,18 @@ def cmd_memory(args: argparse.Namespace) -> int:
         raise UsageError(str(e)) from None
     activations, note = 0, ""
     if all(act_args):
-        activations = memory.activation_bytes(*act_args)
+        require(
+            args.recompute != "none" or args.heads > 0,
+            "--recompute none needs --heads: the attention scores it keeps grow with the number of heads",
+        )
+        try:
+            activations = memory.activation_bytes(*act_args, recompute=args.recompute, heads=args.heads)
+        except ValueError as e:
+            raise UsageError(str(e)) from None
+        formula = {"none": "s*b*h*(34+5*a*s/h)", "selective": "34*s*b*h", "full": "2*s*b*h"}[args.recompute]
         note = (
-            f"estimate: 34*s*b*h bytes x {args.layers} layers, s={args.seq_len}, b={args.micro_batch}, h={args.hidden}"
+            f"recompute {args.recompute}: {formula} bytes x {args.layers} layers, "
+            f"s={args.seq_len}, b={args.micro_batch}, h={args.hidden}" + (f", a={args.heads}" if args.heads else "")
         )
     if args.cluster is not None and args.cluster < 1:
         raise UsageError(f"--cluster must be a positive number of devices, not {args.cluster}")
@@ -273,6 +282,13 @@ def build_parser(benchmark: str | None = None) -> argparse.ArgumentParser:
         ("--micro-batch", "sequences per device"),
     ]:
         mem.add_argument(flag, type=int, help=f"{text}, for the activation estimate")
+    mem.add_argument(
+        "--recompute",
+        default="selective",
+        help="activation recomputation: none (needs --heads), selective (default; the core attention, "
+        "or fused attention) or full",
+    )
+    mem.add_argument("--heads", type=int, default=0, help="attention heads, for the activations without recomputation")
     mem.set_defaults(func=cmd_memory)
 
     m = sub.add_parser("mfu", help="FLOPs per token of a dense transformer, and the MFU a throughput reaches")

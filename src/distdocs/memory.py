@@ -27,11 +27,23 @@ stage 1 the fp32 gradient buffer stays whole, as DeepSpeed's `BF16_Optimizer` an
 distributed optimizer keep it. The totals of the layouts agree, but what each
 stage leaves whole, and so the per-device figures of ZeRO-1 and ZeRO-2, does not.
 
-Activations are an estimate, for a transformer with 16-bit activations and FlashAttention-style
-attention (no s x s score matrix kept): about 34·s·b·h bytes per layer for sequence length s,
-micro-batch b and hidden size h (Korthikanti et al. 2022, "Reducing Activation Recomputation in Large
-Transformer Models", without the 5·a·s/h attention term). Real frameworks keep more or less
-depending on recomputation, fused kernels and buffers.
+Activations are counted tensor by tensor, for the GPT layer of Korthikanti et al. 2022 ("Reducing
+Activation Recomputation in Large Transformer Models", section 4.1, Table 2): layer norm, attention
+that keeps its s x s scores, dropout, a 4h MLP. With 16-bit activations and 1-byte dropout masks a
+layer keeps s·b·h·(34 + 5·a·s/h) bytes for sequence length s, micro-batch b, hidden size h and a
+heads, in three settings of recomputation (`RECOMPUTE`):
+
+- `none`: everything, the formula above;
+- `selective`: the core attention (Q·Kᵀ, softmax, its dropout, times V) is recomputed in backward:
+  34·s·b·h, the a·s²·b terms gone. FlashAttention keeps no s x s scores either, so this is also what a
+  layer with fused attention keeps;
+- `full`: each layer keeps only its input, 2·s·b·h, and runs its forward again in backward.
+
+Tensor parallelism over t divides the terms inside the sharded matmuls by t; sequence parallelism
+divides the rest too. The paper leaves out the layer norms' statistics (a mean and a 1/std per token);
+`layer_activation_terms` counts them when given their size, and then it matches what PyTorch keeps
+byte for byte (examples/recomputation/step01_three_settings.py). Real frameworks keep more or less
+depending on fused kernels and buffers.
 
 Splitting the layers divides the two kinds of memory differently. Tensor parallelism over t devices
 (with sequence parallelism) divides both the model states and the activations by t. Pipeline
@@ -102,9 +114,73 @@ def bytes_per_parameter(precision: str = "bf16-master", optimizer: str = "adam")
     return ModelStates(weights, gradients, master, OPTIMIZERS[optimizer], fp32_gradients)
 
 
-def activation_bytes(layers: int, hidden: int, seq_len: int, micro_batch: int) -> int:
-    """The estimate above: 34·s·b·h bytes per layer, for all layers."""
-    return 34 * seq_len * micro_batch * hidden * layers
+RECOMPUTE = ("none", "selective", "full")
+# What one transformer layer keeps for backward (Korthikanti et al. 2022, section 4.1), as
+# (name, unit, count, kind, split by tensor parallelism, recomputed by selective recomputation).
+# unit: "sbh" (a value per token and hidden unit) or "as2b" (per head and pair of tokens); kind:
+# "value" costs an activation's bytes, "mask" a dropout mask's. Terms not split by tensor parallelism
+# are the inputs of layer norms, of the column-parallel matmuls and the dropouts outside them: sequence
+# parallelism splits those.
+LAYER_TERMS = (
+    ("layer norm inputs", "sbh", 2, "value", False, False),
+    ("QKV matmul input", "sbh", 1, "value", False, False),
+    ("Q, K and V", "sbh", 3, "value", True, False),
+    ("softmax output", "as2b", 1, "value", True, True),
+    ("softmax dropout mask", "as2b", 1, "mask", True, True),
+    ("softmax dropout output", "as2b", 1, "value", True, True),
+    ("projection input", "sbh", 1, "value", True, False),
+    ("attention dropout mask", "sbh", 1, "mask", False, False),
+    ("MLP input", "sbh", 1, "value", False, False),
+    ("GeLU input", "sbh", 4, "value", True, False),
+    ("second MLP matmul input", "sbh", 4, "value", True, False),
+    ("MLP dropout mask", "sbh", 1, "mask", False, False),
+)
+
+
+def layer_activation_terms(
+    seq_len: int,
+    micro_batch: int,
+    hidden: int,
+    heads: int,
+    recompute: str = "none",
+    tensor_parallel: int = 1,
+    sequence_parallel: bool = False,
+    value_bytes: int = 2,
+    mask_bytes: int = 1,
+    stats_bytes: int = 0,
+) -> dict[str, float]:
+    """Bytes one transformer layer keeps for backward, by tensor, per device (see the module's
+    docstring). The defaults are the paper's: 16-bit activations, 1-byte masks (CUDA's fused dropout),
+    no layer-norm statistics. On a CPU, dropout keeps its mask in the activations' dtype and layer
+    norm its statistics too: mask_bytes = stats_bytes = value_bytes."""
+    if recompute not in RECOMPUTE:
+        raise ValueError(f"recompute must be one of {', '.join(RECOMPUTE)}, not {recompute!r}")
+    sbh, t = seq_len * micro_batch * hidden, tensor_parallel
+    rest = t if sequence_parallel else 1  # what divides the terms that tensor parallelism leaves whole
+    if recompute == "full":
+        return {"layer input": value_bytes * sbh / rest}
+    units = {"sbh": sbh, "as2b": heads * seq_len * seq_len * micro_batch}
+    size = {"value": value_bytes, "mask": mask_bytes}
+    terms = {
+        name: count * units[unit] * size[kind] / (t if split else rest)
+        for name, unit, count, kind, split, core in LAYER_TERMS
+        if not (core and recompute == "selective")
+    }
+    if stats_bytes:
+        terms["layer norm statistics"] = 4 * seq_len * micro_batch * stats_bytes / rest  # 2 norms x (mean, 1/std)
+    return terms
+
+
+def activation_bytes(
+    layers: int, hidden: int, seq_len: int, micro_batch: int, recompute: str = "selective", heads: int = 0
+) -> int:
+    """All layers' activations, by the paper's formula: 34·s·b·h bytes a layer with selective
+    recomputation (or fused attention), s·b·h·(34 + 5·a·s/h) with none (it needs `heads`), 2·s·b·h
+    with full."""
+    if recompute == "none" and heads < 1:
+        raise ValueError("recompute 'none' needs heads: the attention scores it keeps grow with them")
+    terms = layer_activation_terms(seq_len, micro_batch, hidden, heads, recompute)
+    return round(sum(terms.values())) * layers
 
 
 def per_device_model_states(params: float, states: ModelStates, strategy: str, devices: int) -> float:

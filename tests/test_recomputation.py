@@ -1,0 +1,103 @@
+"""docs/lesson/activation-recomputation.md: the memory calculator's three settings of recomputation
+reproduce Korthikanti et al. 2022 (Table 2) and match, byte for byte, what PyTorch keeps for backward
+in the page's example (its one launch is shared with test_docs.py and test_examples.py)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from distdocs.memory import RECOMPUTE, activation_bytes, layer_activation_terms
+
+from docexec.fences import REPO
+
+SCRIPT = "examples/recomputation/step01_three_settings.py"
+COMMAND = f"torchrun --standalone --nproc_per_node=2 {SCRIPT}"
+HEADER = re.compile(r"^(\d+) GPT layers, s=(\d+) tokens, b=(\d+), h=(\d+), a=(\d+) heads, on cpu$", re.M)
+ROW = re.compile(r"^(none|selective|full)\s+([\d,]+) B\s+([\d,]+) B\s+([\d.]+)x$", re.M)
+
+# The paper's models (Table 3): heads, hidden size, tensor-parallel size; all at s = 2048.
+PAPER_MODELS = {"22B": (64, 6144, 8), "175B": (96, 12288, 8), "530B": (128, 20480, 8), "1T": (160, 25600, 8)}
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("model", PAPER_MODELS)
+@pytest.mark.parametrize("micro_batch", [1, 4])
+def test_the_terms_add_up_to_each_row_of_the_papers_table_2(model, micro_batch):
+    a, h, t = PAPER_MODELS[model]
+    s, b = 2048, micro_batch
+    sbh = s * b * h
+
+    def total(**kwargs) -> float:
+        return sum(layer_activation_terms(s, b, h, a, **kwargs).values())
+
+    assert total() == pytest.approx(sbh * (34 + 5 * a * s / h))
+    assert total(tensor_parallel=t) == pytest.approx(sbh * (10 + 24 / t + 5 * a * s / (h * t)))
+    assert total(tensor_parallel=t, sequence_parallel=True) == pytest.approx(sbh * (34 / t + 5 * a * s / (h * t)))
+    assert total(recompute="selective", tensor_parallel=t) == pytest.approx(sbh * (10 + 24 / t))
+    assert total(recompute="selective", tensor_parallel=t, sequence_parallel=True) == pytest.approx(sbh * 34 / t)
+    assert total(recompute="full") == 2 * sbh
+
+
+@pytest.mark.fast
+def test_selective_recomputation_saves_gpt3_seventy_percent_as_the_paper_says():
+    # Section 5: for GPT-3, 5as/h = 80, so the core attention holds 80 of every 114 bytes.
+    a, h, _ = PAPER_MODELS["175B"]
+    assert 5 * a * 2048 / h == 80
+    none, selective = (activation_bytes(96, h, 2048, 1, r, heads=a) for r in ("none", "selective"))
+    assert round(1 - selective / none, 2) == 0.70
+
+
+@pytest.mark.fast
+def test_the_default_is_the_estimate_the_other_pages_use_and_bad_settings_raise():
+    assert activation_bytes(layers=2, hidden=10, seq_len=3, micro_batch=4) == 34 * 3 * 4 * 10 * 2
+    with pytest.raises(ValueError, match="needs heads"):
+        activation_bytes(2, 10, 3, 4, recompute="none")
+    with pytest.raises(ValueError, match="one of none, selective, full"):
+        layer_activation_terms(3, 4, 10, 2, recompute="some")
+
+
+@pytest.mark.processes
+def test_the_calculator_matches_what_pytorch_keeps_byte_for_byte(command_runs):
+    result = command_runs.run_ok(COMMAND)
+    layers, s, b, h, a = map(int, HEADER.search(result.stdout).groups())
+    rows = {name: (int(kept.replace(",", "")), float(ratio)) for name, kept, _, ratio in ROW.findall(result.stdout)}
+    assert set(rows) == set(RECOMPUTE), result.describe()
+    for setting, (kept, _) in rows.items():
+        # On a CPU dropout keeps its mask, and layer norm its statistics, in the activations' bf16.
+        terms = layer_activation_terms(s, b, h, a, setting, value_bytes=2, mask_bytes=2, stats_bytes=2)
+        assert kept == sum(terms.values()) * layers, (setting, kept, terms)
+    assert rows["full"][0] < rows["selective"][0] < rows["none"][0]
+
+
+@pytest.mark.fast
+def test_the_pages_figures_for_the_70b_model_come_from_the_calculator():
+    """'485 GiB of activations instead of 85 ... 160 of every 194 bytes ... 56 devices instead of
+    16 ... with --recompute full the activations are 5 GiB'; and 20 of every 54 at the run's s = 128."""
+    from distdocs.memory import GIB, bytes_per_parameter, tensor_pipeline_split
+
+    page = (REPO / "docs/lesson/activation-recomputation.md").read_text()
+    gib = {r: activation_bytes(80, 8192, 4096, 1, r, heads=64) / GIB for r in RECOMPUTE}
+    assert [round(gib[r]) for r in RECOMPUTE] == [485, 85, 5]
+    assert 5 * 64 * 4096 / 8192 == 160
+    devices = {r: tensor_pipeline_split(70e9, bytes_per_parameter(), 80 * GIB, gib[r] * GIB) for r in RECOMPUTE}
+    assert devices["none"] == (8, 7) and devices["selective"] == (8, 2)
+    assert 5 * 8 * 128 / 256 == 20
+    for claim in (
+        "485 GiB of activations instead of 85",
+        "160\nof every 194",
+        "56 devices",
+        "instead of 16",
+        "activations are 5 GiB",
+        "5·a·s/h = 20 of every 54",
+    ):
+        assert claim in page, claim
+
+
+@pytest.mark.fast
+def test_the_saved_run_shows_full_recomputation_costing_more_than_its_flops_and_selective_little():
+    text = (REPO / "benchmarks/recomputation-cpu.txt").read_text()
+    assert text.startswith("# ") and "self-check passed" in text
+    ratio = {name: float(r) for name, _, _, r in ROW.findall(text)}
+    assert ratio["none"] == 1.0 and 1.0 < ratio["selective"] < 4 / 3 < ratio["full"]
