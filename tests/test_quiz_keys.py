@@ -207,6 +207,9 @@ COMPUTED = {
     ("recovery/multi-node.md", "An elastic job"): elastic_key,
     ("practice/profile-first.md", "A dense transformer trains at 2973"): mfu_key,
     ("lesson/expert-parallelism.md", "Two ranks hold 4 experts"): expert_capacity_key,
+    ("lesson/pipeline-parallelism.md", "A pipeline has p = 4 ranks, m = 8"): lambda: str(
+        Fraction(bubble_fraction(4, 8, chunks=2)).limit_denominator(100)
+    ),
     ("quiz.md", "Two ranks each hold half of a batch"): rounding_key,
 }
 
@@ -224,6 +227,7 @@ JUDGEMENT = [
     ("lesson/launchers.md", "On a cluster"),
     ("lesson/model-parallelism.md", "What does rank 1 send back"),
     ("lesson/pipeline-parallelism.md", "Why not simply use very many"),
+    ("lesson/pipeline-parallelism.md", "What does a zero-bubble schedule move"),
     ("lesson/sharded-data-parallelism.md", "Sharded data parallelism (FSDP, ZeRO-3) replaces"),
     ("lesson/sharded-data-parallelism.md", "What does sharding the model state cost"),
     (

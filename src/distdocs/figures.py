@@ -3,6 +3,7 @@ fixed salt, so that the same data always draws the same file and a test can redr
 
     python -m distdocs.figures loss-curves benchmarks/lr-scaling-cpu.json docs/assets/lr-scaling-cpu.svg
     python -m distdocs.figures tensor-parallel examples/tensor_parallel/step01_by_hand.py OUT.svg
+    python -m distdocs.figures pipeline-schedules benchmarks/pipeline-schedules-cpu.json OUT.svg
 """
 
 from __future__ import annotations
@@ -262,11 +263,64 @@ def sim_commands(page: str) -> str:
 
 
 # name: (draw from the input file's text, what the input is)
+def pipeline_schedules(data: dict) -> str:
+    """The last step of each schedule in `data["schedules"]` (saved by
+    examples/pipeline_parallel/step03_schedules.py --save): a row per rank, a bar for each forward (F),
+    backward (B), input-gradient (I) and weight-gradient (W) computation, labelled stage:micro-batch;
+    the gaps are idle."""
+    colours = {"F": "#4c72b0", "B": "#dd8452", "I": "#dd8452", "W": "#55a868"}
+    plt = pyplot()
+    shown = data["schedules"]
+    fig, axes = plt.subplots(len(shown), 1, figsize=(7.2, 0.5 + 1.05 * len(shown)), squeeze=False)
+    longest = max(span[1] for s in shown.values() for r in s["ranks"] for span in r["spans"]) * 1e3
+    for ax, (name, s) in zip(axes[:, 0], shown.items()):
+        for rank, r in enumerate(s["ranks"]):
+            for start, end, kind, stage, chunk in r["spans"]:
+                a, b = start * 1e3, end * 1e3
+                ax.broken_barh([(a, b - a)], (rank - 0.4, 0.8), facecolors=colours[kind], edgecolor="white")
+                if b - a > longest / 45:
+                    ax.text(
+                        (a + b) / 2,
+                        rank,
+                        f"{kind}{stage}:{chunk}",
+                        ha="center",
+                        va="center",
+                        fontsize=5.5,
+                        color="white",
+                    )
+        ranks = len(s["ranks"])
+        ax.set_yticks(range(ranks), [f"rank {r}" for r in range(ranks)], fontsize=7)
+        ax.invert_yaxis()
+        ax.set_xlim(0, longest)
+        ax.tick_params(axis="x", labelsize=7)
+        idle = ", ".join(f"{r['idle']:.0%}" for r in s["ranks"])
+        ax.set_title(
+            f"{name}, {s['stages']} stage{'s' if s['stages'] > 1 else ''} a rank: bubble formula {s['formula']:.0%}, "
+            f"idle measured {idle}",
+            fontsize=8,
+            loc="left",
+        )
+    axes[-1, 0].set_xlabel(
+        "ms from the start of the step; F forward, B backward, I and W its input and weight halves; "
+        "label stage:micro-batch",
+        fontsize=7,
+    )
+    m, c = data["machine"], data["config"]
+    fig.suptitle(
+        f"{c['microbatches']} micro-batches, {c['layers']} layers of width {c['width']}; {m['ranks']} ranks, "
+        f"{m['machine']}, {m['cores']} cores, torch {m['torch']}, {m['date']}",
+        fontsize=8,
+    )
+    fig.tight_layout()
+    return to_svg(fig)
+
+
 FIGURES = {
     "loss-curves": (lambda text: loss_curves(json.loads(text)), "DATA.json"),
     "tensor-parallel": (tensor_parallel_example, "EXAMPLE.py"),
     "profile-trace": (lambda text: profile_trace(json.loads(text)), "TRACE.json"),
     "sim-commands": (sim_commands, "PAGE.md"),
+    "pipeline-schedules": (lambda text: pipeline_schedules(json.loads(text)), "DATA.json"),
 }
 
 

@@ -33,12 +33,17 @@ class BusyTimer:
         self.spans.append((self._start, end))
 
 
-def bubble_fraction(stages: int, microbatches: int) -> float:
-    """The share of a GPipe or 1F1B step each stage spends idle, filling and draining the pipeline:
-    (p - 1) / (m + p - 1) for p stages and m micro-batches (Huang et al. 2019)."""
-    if stages < 1 or microbatches < 1:
-        raise ValueError(f"stages and micro-batches must be at least 1, not {stages} and {microbatches}")
-    return (stages - 1) / (microbatches + stages - 1)
+def bubble_fraction(stages: int, microbatches: int, chunks: int = 1) -> float:
+    """The share of a step each rank spends idle, filling and draining the pipeline, when forward and
+    backward cost the same on every stage: (p - 1) / (m + p - 1) for p ranks and m micro-batches under
+    GPipe or 1F1B (Huang et al. 2019), and (p - 1) / (v·m + p - 1) when each rank holds v interleaved
+    chunks of its layers, since filling then takes p - 1 chunk-times of 1/v of a stage's work each
+    (Narayanan et al. 2021)."""
+    if min(stages, microbatches, chunks) < 1:
+        raise ValueError(
+            f"stages, micro-batches and chunks must be at least 1, not {stages}, {microbatches} and {chunks}"
+        )
+    return (stages - 1) / (chunks * microbatches + stages - 1)
 
 
 # --8<-- [start:gpipe_step]

@@ -1,0 +1,70 @@
+"""docs/lesson/pipeline-parallelism.md, its section on interleaving and zero bubble: what the
+schedules' run shows (its one launch is shared with test_docs.py, which checks the excerpt, and
+test_examples.py, which checks the self-check), and what the saved longer run and its figure say."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from distdocs import figures
+from distdocs.pipeline import bubble_fraction
+
+from docexec.fences import REPO
+
+SCRIPT = "examples/pipeline_parallel/step03_schedules.py"
+COMMAND = f"torchrun --standalone --nproc_per_node=2 {SCRIPT}"
+SAVED = REPO / "benchmarks" / "pipeline-schedules-cpu.json"
+ROW = re.compile(r"^(\w+)\s+(\d)\s+(\d+)%\s+(\d+)%, (\d+)%\s+([\d.]+), ([\d.]+)\s+(\d+), (\d+)\s+(\d+)$", re.M)
+# What the schedules' shapes fix, for p = 2 ranks and m = 4 micro-batches: stages a rank, the
+# micro-batches in flight at the peak on ranks 0 and 1, and the activation sends a step.
+SHAPES = {
+    "GPipe": (1, 4, 4, 4),
+    "1F1B": (1, 2, 1, 4),
+    "Interleaved1F1B": (2, 2.5, 1.5, 12),
+    "InterleavedZeroBubble": (2, 2, 2, 12),
+    "ZBVZeroBubble": (2, 2, 2, 8),
+}
+
+
+@pytest.mark.processes
+def test_each_schedule_holds_and_sends_what_its_shape_says(command_runs):
+    result = command_runs.run_ok(COMMAND)
+    rows = {r[0]: r[1:] for r in ROW.findall(result.stdout)}
+    assert rows.keys() == SHAPES.keys(), result.describe()
+    for name, (v, peak0, peak1, sends) in SHAPES.items():
+        stages, formula, _, _, p0, p1, kib0, kib1, sent = rows[name]
+        assert int(stages) == v and int(formula) == round(100 * bubble_fraction(2, 4, v)), name
+        assert (float(p0), float(p1), int(sent)) == (peak0, peak1, sends), name
+        # Each micro-batch's chunk keeps its layers' outputs: 8/(2v) layers x 60 rows x 512 x 4 bytes.
+        chunk_kib = 8 // (2 * v) * 60 * 512 * 4 // 1024
+        assert int(kib0) == peak0 * v * chunk_kib and int(kib1) == peak1 * v * chunk_kib, name
+
+
+@pytest.mark.processes
+def test_a_micro_batch_count_that_the_rounds_cannot_split_gets_one_line(command_runs):
+    command_runs.run_usage_error(
+        f"{COMMAND} --microbatches 5",
+        "error: torch's interleaved schedules run m micro-batches in max(1, m // p) equal rounds: 5 does not "
+        "split into 2 on 2 ranks; try 4 or 6",
+    )
+
+
+@pytest.mark.fast
+def test_the_saved_run_and_its_figure_support_what_the_page_says():
+    data = json.loads(SAVED.read_text())
+    assert {"machine", "cores", "torch", "ranks", "date"} <= data["machine"].keys()
+    assert (REPO / "docs/assets/pipeline-schedules-cpu.svg").read_text() == figures.pipeline_schedules(data)
+    runs = data["schedules"]
+    for name, (v, peak0, peak1, sends) in SHAPES.items():
+        ranks = runs[name]["ranks"]
+        assert [r["peak"] / v for r in ranks] == [peak0, peak1] and sum(r["sends"] for r in ranks) == sends
+    idle = {name: [r["idle"] for r in s["ranks"]] for name, s in runs.items()}
+    # "Rank 0 idles more than the formulas say."
+    assert all(idle[name][0] > runs[name]["formula"] for name in runs)
+    # "interleaving's step ends before 1F1B's, and ZBV ... idles least on both ranks"
+    ends = {name: max(span[1] for r in s["ranks"] for span in r["spans"]) for name, s in runs.items()}
+    assert ends["Interleaved1F1B"] < ends["1F1B"]
+    assert all(min(idle, key=lambda name: idle[name][rank]) == "ZBVZeroBubble" for rank in (0, 1))
