@@ -245,6 +245,7 @@ JUDGEMENT = [
     ("practice/convert-your-script.md", "A DDP script saves"),
     ("practice/convert-your-script.md", "Two processes each take"),
     ("practice/in-production.md", "Why does one rank decide"),
+    ("practice/in-production.md", "On the 2 × 2 × 2 mesh"),  # the run's counts (test_in_production.py)
     ("practice/launch-on-several-nodes.md", "Both nodes start"),
     ("practice/launch-on-several-nodes.md", "On two real machines"),
     ("practice/launch-on-several-nodes.md", "Which setting makes gloo"),

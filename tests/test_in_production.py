@@ -1,0 +1,35 @@
+"""docs/practice/in-production.md, the 2 x 2 x 2 mesh: each dimension carries only its own kind of
+communication, in the numbers the page gives. The run is shared with test_docs.py (its excerpt) and
+test_examples.py (its self-check)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+pytestmark = pytest.mark.processes  # the test tier: see the testing page
+
+SCRIPT = "examples/in_production/step03_3d_mesh.py"
+COMMAND = f"torchrun --standalone --nproc_per_node=8 {SCRIPT}"
+CALLS = re.compile(r"^  (pp|dp|tp): (.+)$", re.M)
+
+
+def test_each_mesh_dimension_carries_only_its_own_communication(command_runs):
+    result = command_runs.run_ok(COMMAND)
+    calls = {dim: dict(c.split(" x ") for c in text.split(", ")) for dim, text in CALLS.findall(result.stdout)}
+    microbatches, blocks = 2, 2  # of rank 0's stage
+    assert calls["pp"] == {"send": str(microbatches), "recv": str(microbatches)}, result.describe()
+    # FSDP2: each block's weights gathered for each micro-batch's forward and once for the backward;
+    # its gradients reduce-scattered once a step.
+    assert calls["dp"] == {"allgather": str(blocks * (microbatches + 1)), "reduce_scatter": str(blocks)}
+    # Tensor parallelism: one all_reduce per block forward, and one in backward but for the first block,
+    # whose input (the data) needs no gradient.
+    assert calls["tp"] == {"all_reduce": str(blocks * microbatches + (blocks - 1) * microbatches)}
+
+
+def test_a_world_the_mesh_cannot_hold_gets_one_line(command_runs):
+    command_runs.run_usage_error(
+        f"torchrun --standalone --nproc_per_node=2 {SCRIPT}",
+        "error: this example needs a multiple of 4 processes (pp 2 x tp 2 x dp), got 2",
+    )
