@@ -123,8 +123,9 @@ class Meter:
 
 
 def saved_bytes(layers: nn.Module, x: torch.Tensor) -> int:
-    """Bytes one forward keeps for backward: each saved storage once, the weights and x not counted."""
-    skip = {t.untyped_storage().data_ptr() for t in (x, *layers.parameters())}
+    """Bytes one forward keeps for backward: each saved storage once (the stage keeps its input x too),
+    the weights not counted."""
+    skip = {t.untyped_storage().data_ptr() for t in layers.parameters()}
     kept = {}
 
     def pack(t: torch.Tensor) -> torch.Tensor:
@@ -166,6 +167,7 @@ def run_schedule(name: str, args, device) -> tuple[dict, list[tuple]]:
         schedule.step(*([x] if 0 in mine else []), **kwargs)  # the first stage feeds x, the last takes y
         if device.type == "cuda":
             torch.cuda.synchronize()  # the GPU runs behind the host; wait for it before reading the clock
+        dist.barrier()  # the step ends when every rank is done, as the formula counts it
         elapsed = time.perf_counter() - start
         opt.step()
         if step:  # the first step connects the ranks and allocates buffers
@@ -218,7 +220,8 @@ def parse_args() -> argparse.Namespace:
         )
     if args.width < 1 or args.steps < 2:
         usage_error(f"--width must be positive and --steps at least 2, got {args.width} and {args.steps}")
-    # torch's interleaved and zero-bubble schedules run the micro-batches in max(1, m // p) equal rounds.
+    # torch's ScheduleInterleaved1F1B and ScheduleInterleavedZeroBubble run the micro-batches in
+    # max(1, m // p) equal rounds (ScheduleZBVZeroBubble has no such rule).
     if m % max(1, m // p):
         fits = [n for n in range(1, 2 * m) if n % max(1, n // p) == 0 and BATCH % n == 0]
         below, above = max(n for n in fits if n < m), min(n for n in fits if n > m)
