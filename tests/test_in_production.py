@@ -20,9 +20,9 @@ def test_each_mesh_dimension_carries_only_its_own_communication(command_runs):
     calls = {dim: dict(c.split(" x ") for c in text.split(", ")) for dim, text in CALLS.findall(result.stdout)}
     microbatches, blocks = 2, 2  # of rank 0's stage
     assert calls["pp"] == {"send": str(microbatches), "recv": str(microbatches)}, result.describe()
-    # FSDP2: each block's weights gathered for each micro-batch's forward and once for the backward;
-    # its gradients reduce-scattered once a step.
-    assert calls["dp"] == {"allgather": str(blocks * (microbatches + 1)), "reduce_scatter": str(blocks)}
+    # FSDP2 kept gathered through the step: each block's weights gathered once, and its gradients
+    # reduce-scattered once, after the last micro-batch's backward.
+    assert calls["dp"] == {"all_gather": str(blocks), "reduce_scatter": str(blocks)}
     # Tensor parallelism: one all_reduce per block forward, and one in backward but for the first block,
     # whose input (the data) needs no gradient.
     assert calls["tp"] == {"all_reduce": str(blocks * microbatches + (blocks - 1) * microbatches)}

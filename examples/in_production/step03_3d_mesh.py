@@ -57,8 +57,11 @@ def log(*args) -> None:
 
 # --8<-- [start:count]
 class CollectivesByAxis(TorchDispatchMode):
-    """Counts the communication calls this rank makes in each mesh dimension's group. Every one goes
-    through torch's dispatcher as a c10d operation that carries its group (a private torch API, 2.13)."""
+    """Counts the calls this rank makes through each mesh dimension's process group, backward passes
+    included: each goes through torch's dispatcher as an operation that carries its group (c10d for
+    FSDP and pipelining, _c10d_functional for DTensor's tensor parallelism; a private API in 2.13)."""
+
+    NAMES = {"allgather_base_": "all_gather", "reduce_scatter_base_": "reduce_scatter", "recv_": "recv"}
 
     def __init__(self, mesh) -> None:
         super().__init__()
@@ -66,13 +69,13 @@ class CollectivesByAxis(TorchDispatchMode):
         self.counts = collections.Counter()
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if func.namespace in ("c10d", "_c10d_functional"):  # FSDP and pipelining; DTensor's own
+        if func.namespace in ("c10d", "_c10d_functional"):
             for arg in args:
                 if isinstance(arg, torch.ScriptObject):
                     arg = dist.ProcessGroup.unbox(arg).group_name
                 if isinstance(arg, str) and arg in self.axis:
-                    name = func.overloadpacket.__name__.strip("_").removesuffix("_base")
-                    self.counts[self.axis[arg], name] += 1
+                    name = func.overloadpacket.__name__.lstrip("_")
+                    self.counts[self.axis[arg], self.NAMES.get(name, name)] += 1
                     break
         return func(*args, **(kwargs or {}))
 
@@ -115,8 +118,11 @@ def usage_error(message: str) -> None:
 def parse_args() -> argparse.Namespace:
     args = argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
     world_size = int(os.environ.get("WORLD_SIZE", NPROC_PER_NODE))
-    if world_size % (PP * TP) or (BATCH // (world_size // (PP * TP))) % MICROBATCHES:
+    dp = world_size // (PP * TP)
+    if world_size % (PP * TP) or dp < 1:
         usage_error(f"this example needs a multiple of {PP * TP} processes (pp {PP} x tp {TP} x dp), got {world_size}")
+    if BATCH % (dp * MICROBATCHES):
+        usage_error(f"a batch of {BATCH} does not split into {dp} replicas x {MICROBATCHES} micro-batches")
     return args
 
 
@@ -136,9 +142,12 @@ def train_and_check(args: argparse.Namespace, device: torch.device) -> None:
     stage_module = copy.deepcopy(reference[pp_rank * per_stage : (pp_rank + 1) * per_stage])
     for block in stage_module:  # split each block's matrices across "tp"
         parallelize_module(block, mesh["tp"], {"up": ColwiseParallel(), "down": RowwiseParallel()})
-    for block in stage_module:  # then shard what each rank holds across "dp", a block at a time
-        fully_shard(block, mesh=mesh["dp"])
-    fully_shard(stage_module, mesh=mesh["dp"])
+    # Then shard what each rank holds across "dp", a block at a time. With a pipeline, torchtitan keeps
+    # the gathered weights through the step (reshard_after_forward=False): one all_gather a block, not
+    # one for each micro-batch's forward and again for the backward.
+    for block in stage_module:
+        fully_shard(block, mesh=mesh["dp"], reshard_after_forward=False)
+    fully_shard(stage_module, mesh=mesh["dp"], reshard_after_forward=False)  # the schedule syncs it once
     stage = PipelineStage(stage_module, pp_rank, num_stages=PP, device=device, group=mesh["pp"].get_group())
     schedule = Schedule1F1B(stage, n_microbatches=MICROBATCHES, loss_fn=nn.functional.mse_loss)
     # --8<-- [end:mesh]
@@ -150,7 +159,8 @@ def train_and_check(args: argparse.Namespace, device: torch.device) -> None:
     counter = CollectivesByAxis(mesh)
     for step, (x, y) in enumerate(data):
         mine, target = x.chunk(dp_size)[dp_rank], y.chunk(dp_size)[dp_rank]  # a replica's share of the batch
-        with counter if step == STEPS - 1 else contextlib.nullcontext():  # count the last step's
+        # Count the last step: the first also sends the stages' shapes to each other.
+        with counter if step == STEPS - 1 else contextlib.nullcontext():
             if pp_rank == 0:
                 schedule.step(mine)  # the first stage feeds the inputs
             else:

@@ -83,8 +83,8 @@ class Meter:
     """What a rank's stages do in a step: time computing, activation sends, and micro-batches in flight
     (forward done, backward not yet: each holds its saved activations)."""
 
-    def __init__(self, stages: list[PipelineStage]) -> None:
-        self.in_flight, self.peak = 0, 0
+    def __init__(self, stages: list[PipelineStage], device: torch.device) -> None:
+        self.device, self.in_flight, self.peak = device, 0, 0
         self.start_step()
         for stage in stages:  # wrap the methods that every schedule calls on a stage
             stage.forward_one_chunk = self.timed(stage.forward_one_chunk, stage.stage_index, "F")
@@ -97,10 +97,14 @@ class Meter:
 
     def timed(self, compute, stage: int, kind: str):
         def wrapper(chunk: int, *args, **kwargs):
+            if self.device.type == "cuda":
+                torch.cuda.synchronize()  # the GPU runs behind the host: time its work, not the launch
             start = time.perf_counter()
             try:
                 return compute(chunk, *args, **kwargs)
             finally:
+                if self.device.type == "cuda":
+                    torch.cuda.synchronize()
                 end = time.perf_counter()
                 self.busy_s += end - start
                 # A zero-bubble schedule splits backward: the input gradient first (full_backward=False,
@@ -155,7 +159,7 @@ def run_schedule(name: str, args, device) -> tuple[dict, list[tuple]]:
     stage_arg = stages if len(stages) > 1 else stages[0]  # the multi-stage schedules take a list
     schedule = schedule_class(stage_arg, n_microbatches=m, loss_fn=nn.functional.mse_loss)
     # --8<-- [end:build]
-    meter = Meter(stages)
+    meter = Meter(stages, device)
     opt = torch.optim.SGD(model.parameters(), lr=LR)
     idle = []
     for step, (x, y) in enumerate(batches(args, device)):
