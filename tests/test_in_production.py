@@ -17,15 +17,16 @@ CALLS = re.compile(r"^  (pp|dp|tp): (.+)$", re.M)
 
 def test_each_mesh_dimension_carries_only_its_own_communication(command_runs):
     result = command_runs.run_ok(COMMAND)
-    calls = {dim: dict(c.split(" x ") for c in text.split(", ")) for dim, text in CALLS.findall(result.stdout)}
+    found = {dim: dict(c.split(" x ") for c in text.split(", ")) for dim, text in CALLS.findall(result.stdout)}
+    calls = {dim: found.get(dim, {}) for dim in ("pp", "dp", "tp")}
     microbatches, blocks = 2, 2  # of rank 0's stage
     assert calls["pp"] == {"send": str(microbatches), "recv": str(microbatches)}, result.describe()
     # FSDP2 kept gathered through the step: each block's weights gathered once, and its gradients
     # reduce-scattered once, after the last micro-batch's backward.
-    assert calls["dp"] == {"all_gather": str(blocks), "reduce_scatter": str(blocks)}
+    assert calls["dp"] == {"all_gather": str(blocks), "reduce_scatter": str(blocks)}, result.describe()
     # Tensor parallelism: one all_reduce per block forward, and one in backward but for the first block,
     # whose input (the data) needs no gradient.
-    assert calls["tp"] == {"all_reduce": str(blocks * microbatches + (blocks - 1) * microbatches)}
+    assert calls["tp"] == {"all_reduce": str(blocks * microbatches + (blocks - 1) * microbatches)}, result.describe()
 
 
 def test_a_world_the_mesh_cannot_hold_gets_one_line(command_runs):

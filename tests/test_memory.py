@@ -143,6 +143,9 @@ def test_the_70b_example_needs_16_devices_as_tp_8_by_pp_2():
         ["--params", "7B", "--devices", "0"],
         ["--params", "7B", *"--layers 2 --hidden 8 --seq-len 4 --micro-batch 1 --recompute none".split()],
         ["--params", "7B", *"--layers 2 --hidden 8 --seq-len 4 --micro-batch 1 --recompute some".split()],
+        ["--params", "7B", *"--layers 2 --hidden 8 --seq-len 4 --micro-batch 1 --heads -3".split()],
+        ["--params", "7B", "--recompute", "full"],  # a setting for an estimate that was not asked for
+        ["--params", "7B", "--recompute", "some"],
     ],
 )
 @pytest.mark.fast

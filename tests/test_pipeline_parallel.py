@@ -17,6 +17,7 @@ from docexec.fences import REPO
 SCRIPT = "examples/pipeline_parallel/step03_schedules.py"
 COMMAND = f"torchrun --standalone --nproc_per_node=2 {SCRIPT}"
 SAVED = REPO / "benchmarks" / "pipeline-schedules-cpu.json"
+HEADER = re.compile(r"^p=2 ranks, m=4 micro-batches of (\d+), (\d+) layers of width (\d+)$", re.M)
 ROW = re.compile(r"^(\w+)\s+(\d)\s+(\d+)%\s+(\d+)%, (\d+)%\s+([\d.]+), ([\d.]+)\s+(\d+), (\d+)\s+(\d+)$", re.M)
 # What the schedules' shapes fix, for p = 2 ranks and m = 4 micro-batches: stages a rank, the
 # micro-batches in flight at the peak on ranks 0 and 1, and the activation sends a step.
@@ -33,14 +34,14 @@ SHAPES = {
 def test_each_schedule_holds_and_sends_what_its_shape_says(command_runs):
     result = command_runs.run_ok(COMMAND)
     rows = {r[0]: r[1:] for r in ROW.findall(result.stdout)}
+    rows_per_microbatch, layers, width = map(int, HEADER.search(result.stdout).groups())
     assert rows.keys() == SHAPES.keys(), result.describe()
     for name, (v, peak0, peak1, sends) in SHAPES.items():
         stages, formula, _, _, p0, p1, kib0, kib1, sent = rows[name]
         assert int(stages) == v and int(formula) == round(100 * bubble_fraction(2, 4, v)), name
         assert (float(p0), float(p1), int(sent)) == (peak0, peak1, sends), name
-        # A stage keeps, for each micro-batch, its input and each of its 8/(2v) layers' outputs:
-        # 60 rows x 512 x 4 bytes each.
-        chunk_kib = (8 // (2 * v) + 1) * 60 * 512 * 4 // 1024
+        # A stage keeps, for each micro-batch, its input and each of its layers' outputs, float32.
+        chunk_kib = (layers // (2 * v) + 1) * rows_per_microbatch * width * 4 // 1024
         assert int(kib0) == peak0 * v * chunk_kib and int(kib1) == peak1 * v * chunk_kib, name
 
 

@@ -177,7 +177,7 @@ COMPUTED = {
         else None
     ),
     ("lesson/model-parallelism.md", "Two ranks each hold half"): lambda: (
-        "half" if bubble_fraction(stages=2, microbatches=1) == 0.5 else None
+        "half" if bubble_fraction(ranks=2, microbatches=1) == 0.5 else None
     ),
     ("lesson/pipeline-parallelism.md", "With p = 4 equal stages"): lambda: str(
         Fraction(bubble_fraction(4, 4)).limit_denominator(100)

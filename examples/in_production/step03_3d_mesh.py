@@ -69,14 +69,16 @@ class CollectivesByAxis(TorchDispatchMode):
         self.counts = collections.Counter()
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if func.namespace in ("c10d", "_c10d_functional"):
-            for arg in args:
-                if isinstance(arg, torch.ScriptObject):
-                    arg = dist.ProcessGroup.unbox(arg).group_name
-                if isinstance(arg, str) and arg in self.axis:
-                    name = func.overloadpacket.__name__.lstrip("_")
-                    self.counts[self.axis[arg], self.NAMES.get(name, name)] += 1
-                    break
+        group = None
+        if func.namespace == "c10d":  # a ProcessGroup call: its group is its first ScriptObject argument
+            group = next(
+                (dist.ProcessGroup.unbox(a).group_name for a in args if isinstance(a, torch.ScriptObject)), None
+            )
+        elif func.namespace == "_c10d_functional" and args and isinstance(args[-1], str):
+            group = args[-1]  # a functional collective names its group last
+        if group in self.axis:
+            name = func.overloadpacket.__name__.lstrip("_")
+            self.counts[self.axis[group], self.NAMES.get(name, name)] += 1
         return func(*args, **(kwargs or {}))
 
 
@@ -119,7 +121,7 @@ def parse_args() -> argparse.Namespace:
     args = argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
     world_size = int(os.environ.get("WORLD_SIZE", NPROC_PER_NODE))
     dp = world_size // (PP * TP)
-    if world_size % (PP * TP) or dp < 1:
+    if world_size % (PP * TP):
         usage_error(f"this example needs a multiple of {PP * TP} processes (pp {PP} x tp {TP} x dp), got {world_size}")
     if BATCH % (dp * MICROBATCHES):
         usage_error(f"a batch of {BATCH} does not split into {dp} replicas x {MICROBATCHES} micro-batches")

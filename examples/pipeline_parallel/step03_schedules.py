@@ -79,6 +79,13 @@ def bubble_formula(p: int, m: int, v: int) -> float:
 
 
 # --8<-- [start:measure]
+def synchronize(device: torch.device) -> None:
+    """On a GPU, wait for the work queued on this rank's compute stream: the GPU runs behind the host.
+    Only that stream: nccl sends and receives on streams of its own, and waiting for a peer is idle."""
+    if device.type == "cuda":
+        torch.cuda.current_stream(device).synchronize()
+
+
 class Meter:
     """What a rank's stages do in a step: time computing, activation sends, and micro-batches in flight
     (forward done, backward not yet: each holds its saved activations)."""
@@ -97,14 +104,12 @@ class Meter:
 
     def timed(self, compute, stage: int, kind: str):
         def wrapper(chunk: int, *args, **kwargs):
-            if self.device.type == "cuda":
-                torch.cuda.synchronize()  # the GPU runs behind the host: time its work, not the launch
+            synchronize(self.device)
             start = time.perf_counter()
             try:
                 return compute(chunk, *args, **kwargs)
             finally:
-                if self.device.type == "cuda":
-                    torch.cuda.synchronize()
+                synchronize(self.device)
                 end = time.perf_counter()
                 self.busy_s += end - start
                 # A zero-bubble schedule splits backward: the input gradient first (full_backward=False,

@@ -107,6 +107,15 @@ def cmd_memory(args: argparse.Namespace) -> int:
         raise UsageError("the activation estimate needs --layers, --hidden, --seq-len and --micro-batch, all positive")
     if args.devices < 1 or args.device_gib <= 0:
         raise UsageError("--devices and --device-gib must be positive")
+    require(
+        args.recompute in memory.RECOMPUTE,
+        f"--recompute must be one of {', '.join(memory.RECOMPUTE)}, not {args.recompute!r}",
+    )
+    require(args.heads >= 0, f"--heads must be a positive number of heads, not {args.heads}")
+    require(
+        all(act_args) or (args.recompute == "selective" and not args.heads),
+        "--recompute and --heads set the activation estimate: give --layers, --hidden, --seq-len and --micro-batch too",
+    )
     try:
         memory.bytes_per_parameter(args.precision, args.optimizer)
     except ValueError as e:
@@ -117,10 +126,7 @@ def cmd_memory(args: argparse.Namespace) -> int:
             args.recompute != "none" or args.heads > 0,
             "--recompute none needs --heads: the attention scores it keeps grow with the number of heads",
         )
-        try:
-            activations = memory.activation_bytes(*act_args, recompute=args.recompute, heads=args.heads)
-        except ValueError as e:
-            raise UsageError(str(e)) from None
+        activations = memory.activation_bytes(*act_args, recompute=args.recompute, heads=args.heads)
         formula = {"none": "s*b*h*(34+5*a*s/h)", "selective": "34*s*b*h", "full": "2*s*b*h"}[args.recompute]
         note = (
             f"recompute {args.recompute}: {formula} bytes x {args.layers} layers, "

@@ -262,7 +262,6 @@ def sim_commands(page: str) -> str:
     return speedup_curves(curves, "the cost model over 1 to 8 ranks: speedup against ranks")
 
 
-# name: (draw from the input file's text, what the input is)
 def pipeline_schedules(data: dict) -> str:
     """The last step of each schedule in `data["schedules"]` (saved by
     examples/pipeline_parallel/step03_schedules.py --save): a row per rank, a bar for each forward (F),
@@ -315,6 +314,7 @@ def pipeline_schedules(data: dict) -> str:
     return to_svg(fig)
 
 
+# name: (draw from the input file's text, what the input is)
 FIGURES = {
     "loss-curves": (lambda text: loss_curves(json.loads(text)), "DATA.json"),
     "tensor-parallel": (tensor_parallel_example, "EXAMPLE.py"),

@@ -33,17 +33,17 @@ class BusyTimer:
         self.spans.append((self._start, end))
 
 
-def bubble_fraction(stages: int, microbatches: int, chunks: int = 1) -> float:
+def bubble_fraction(ranks: int, microbatches: int, chunks: int = 1) -> float:
     """The share of a step each rank spends idle, filling and draining the pipeline, when forward and
-    backward cost the same on every stage: (p - 1) / (m + p - 1) for p ranks and m micro-batches under
-    GPipe or 1F1B (Huang et al. 2019), and (p - 1) / (v·m + p - 1) when each rank holds v interleaved
-    chunks of its layers, since filling then takes p - 1 chunk-times of 1/v of a stage's work each
-    (Narayanan et al. 2021)."""
-    if min(stages, microbatches, chunks) < 1:
+    backward cost the same everywhere: (p - 1) / (m + p - 1) for p ranks (one stage each) and m
+    micro-batches under GPipe or 1F1B (Huang et al. 2019), and (p - 1) / (v·m + p - 1) when each rank
+    holds v interleaved chunks of its layers (v·p stages), since filling then takes p - 1 steps of
+    1/v of a rank's work each (Narayanan et al. 2021)."""
+    if min(ranks, microbatches, chunks) < 1:
         raise ValueError(
-            f"stages, micro-batches and chunks must be at least 1, not {stages}, {microbatches} and {chunks}"
+            f"ranks, micro-batches and chunks must be at least 1, not {ranks}, {microbatches} and {chunks}"
         )
-    return (stages - 1) / (chunks * microbatches + stages - 1)
+    return (ranks - 1) / (chunks * microbatches + ranks - 1)
 
 
 # --8<-- [start:gpipe_step]
