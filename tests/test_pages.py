@@ -181,3 +181,14 @@ def test_teaching_pages_keep_their_own_checking_inside_the_collapsed_note():
         if (found := list(SELF_TALK.finditer(visible_prose(page))))
     }
     assert not talk, f"the site talking about its own tests outside a collapsed note: {talk}"
+
+
+def test_the_testing_page_names_every_module_an_example_may_import():
+    from docexec.commands import ALLOWED_IN_EXAMPLES
+
+    numbers = ["none", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten"]
+    text = " ".join((DOCS / "testing.md").read_text().split())
+    sentence = re.search(r"holds only the (\w+) modules an example may import \(([^)]*)\)", text)
+    assert sentence, "docs/testing.md no longer says which distdocs modules an example may import"
+    assert sentence.group(1) == numbers[len(ALLOWED_IN_EXAMPLES)]
+    assert set(re.findall(r"`(\w+)`", sentence.group(2))) == set(ALLOWED_IN_EXAMPLES)
