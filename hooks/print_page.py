@@ -9,7 +9,8 @@
   nowhere. Point the first two where they belong, and make the last plain text, as on the page;
   the scaling explorer's labels (`for=`) are prefixed like links, and are repointed the same way;
 - the lab notebook's code cells get the tabindex that hooks/lab_notebooks.py gives them on their page,
-  and lose nbconvert's Mermaid loader as there;
+  and lose nbconvert's Mermaid loader as there; JupyterLab's stylesheet, inlined whole (575 KB, a
+  fifth of the page gzipped), is cut down to the rules that can match the print page, as there;
 - the plugin renders the page with the 404 page's context, whose base is site_url's absolute path
   (`/distdocs/`): served anywhere else, the theme would fetch its search index from a wrong
   address. Make the base relative, `..`, as on every other page."""
@@ -20,7 +21,8 @@ import re
 import urllib.parse
 from pathlib import Path
 
-from lab_notebooks import drop_mermaid_loader, focusable_cells  # mkdocs puts hooks/ on the path while it loads a hook
+# mkdocs puts hooks/ on the path while it loads a hook
+from lab_notebooks import drop_mermaid_loader, focusable_cells, prune_jupyter_css
 
 INLINE = re.compile(r"<(script|style)\b[^>]*>.*?</\1>", re.S)
 PREFIXED_BARE_HASH = re.compile(r'href="#[\w-]+-"')
@@ -81,5 +83,5 @@ def on_post_build(config, **kwargs) -> None:
     if page.exists():
         html = relative_base(drop_repeated_inline_blocks(page.read_text()), config.get("site_url"))
         html = prefix_quiz_ids(PREFIXED_BARE_HASH.sub('href="#"', html))
-        html = drop_mermaid_loader(focusable_cells(html), "print_page")
+        html = prune_jupyter_css(drop_mermaid_loader(focusable_cells(html), "print_page"))
         page.write_text(repair_anchor_links(html))

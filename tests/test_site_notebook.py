@@ -28,6 +28,31 @@ def test_lab_notebook_page_is_executed_and_downloadable(site_dir):
     assert sum(c.cell_type == "code" for c in notebook.cells) >= 10
 
 
+def _kept_rules(page_html: str) -> set[str]:
+    import tinycss2
+
+    cut = re.search(r'<style type="text/css" data-cut-from="index.css">\n(.*?)\n</style>', page_html, re.S)
+    assert cut, "no cut-down Jupyter stylesheet"
+    return {r.serialize() for r in tinycss2.parse_stylesheet(cut[1], skip_comments=True, skip_whitespace=True)}
+
+
+@pytest.mark.site
+def test_print_page_carries_the_notebook_with_the_same_cut_stylesheet(site_dir):
+    """The print page holds the notebook, so mkdocs-jupyter's whole stylesheet came with it (575 KB, a
+    fifth of the page gzipped). hooks/print_page.py cuts it with the same function as the notebook's
+    page, against the print page's elements: it keeps every rule the notebook's page keeps (the
+    screenshot test below shows those are enough), and no copy of the whole file is left."""
+    sys.path.insert(0, str(REPO / "hooks"))
+    from lab_notebooks import JUPYTER_CSS
+
+    notebook = (site_dir / "lab/simulate-data-parallel-sync/index.html").read_text()
+    print_page = (site_dir / "print_page/index.html").read_text()
+    assert "step 3 self-check passed" in print_page  # the executed notebook is on it
+    assert JUPYTER_CSS.read_text().strip() not in print_page
+    missing = _kept_rules(notebook) - _kept_rules(print_page)
+    assert not missing, f"rules the notebook's page keeps and the print page dropped: {sorted(missing)[:3]}"
+
+
 def _fulfill(html: str, route, _request) -> None:
     route.fulfill(body=html, content_type="text/html")
 
