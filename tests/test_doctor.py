@@ -41,6 +41,16 @@ def test_more_processes_than_cores(quiet):
 
 
 @pytest.mark.fast
+def test_more_processes_than_gpus_is_an_error(quiet):
+    one_gpu = {**CLEAN, "cuda_available": True, "gpu_count": 1}
+    (trap,) = doctor.find_traps(2, report=one_gpu)
+    assert trap.level == "error" and "2 processes on 1 GPU(s)" in trap.message, messages([trap])
+    assert trap.fix.startswith("--nproc_per_node=1, or CUDA_VISIBLE_DEVICES=")
+    assert doctor.find_traps(1, report=one_gpu) == []  # one process per GPU: fine
+    assert doctor.find_traps(16, report={**one_gpu, "gpu_count": 16}) == []  # the cores do not bind on GPUs
+
+
+@pytest.mark.fast
 def test_oversubscribed_threads(quiet, monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "8")
     (trap,) = doctor.find_traps(2, report=CLEAN)

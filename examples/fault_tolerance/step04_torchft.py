@@ -167,6 +167,11 @@ def main() -> None:
     device = torch.device("cpu")
     if torch.cuda.is_available():
         device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))  # one GPU per process on a node
+        if device.index >= torch.cuda.device_count():  # more processes than GPUs: nccl cannot share one
+            sys.exit(
+                f"error: local rank {device.index} has no GPU: this node has {torch.cuda.device_count()}; "
+                "launch one process per GPU, or set CUDA_VISIBLE_DEVICES= to run on the CPU"
+            )
         torch.cuda.set_device(device)
     # No init_process_group: the Manager builds the group across replica groups for each quorum, and
     # finds the others through the lighthouse and this group's torchrun store (MASTER_ADDR/PORT).

@@ -159,6 +159,11 @@ def main() -> None:
     device = torch.device("cpu")
     if backend == "nccl":
         device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))  # one GPU per process on a node
+        if device.index >= torch.cuda.device_count():  # more processes than GPUs: nccl cannot share one
+            sys.exit(
+                f"error: local rank {device.index} has no GPU: this node has {torch.cuda.device_count()}; "
+                "launch one process per GPU, or set CUDA_VISIBLE_DEVICES= to run on the CPU"
+            )
         torch.cuda.set_device(device)
     # DeepSpeed logs to stdout, and prints a build line on every rank: send both to stderr.
     for handler in deepspeed.utils.logger.handlers:

@@ -142,6 +142,11 @@ def main() -> None:
     device = torch.device("cpu")
     if backend == "nccl":
         device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))  # one GPU per process on a node
+        if device.index >= torch.cuda.device_count():  # more processes than GPUs: nccl cannot share one
+            sys.exit(
+                f"error: local rank {device.index} has no GPU: this node has {torch.cuda.device_count()}; "
+                "launch one process per GPU, or set CUDA_VISIBLE_DEVICES= to run on the CPU"
+            )
         torch.cuda.set_device(device)
     dist.init_process_group(backend, timeout=timedelta(seconds=TIMEOUT_S))
     try:

@@ -84,6 +84,16 @@ def find_traps(nproc_per_node: int, port: int = DEFAULT_PORT, report: dict | Non
                 f"use at most {cores} processes per node for timing; more only to test behaviour",
             )
         )
+    gpus = report.get("gpu_count", 0)
+    if report["cuda_available"] and nproc_per_node > gpus:
+        traps.append(
+            Trap(
+                "error",
+                f"{nproc_per_node} processes on {gpus} GPU(s): the examples give each process a GPU of its own "
+                "under nccl, which refuses two ranks on one GPU; a rank without one stops at once",
+                f"--nproc_per_node={gpus}, or CUDA_VISIBLE_DEVICES= to run every process on the CPU with gloo",
+            )
+        )
     threads = os.environ.get("OMP_NUM_THREADS", "")
     if threads.isdigit() and int(threads) * nproc_per_node > cores:
         traps.append(
