@@ -9,8 +9,8 @@
   nowhere. Point the first two where they belong, and make the last plain text, as on the page;
   the scaling explorer's labels (`for=`) are prefixed like links, and are repointed the same way;
 - the lab notebook's code cells get the tabindex that hooks/lab_notebooks.py gives them on their page,
-  and lose nbconvert's Mermaid loader as there; JupyterLab's stylesheet, inlined whole (575 KB, a
-  fifth of the page gzipped), is cut down to the rules that can match the print page, as there;
+  and lose nbconvert's Mermaid loader as there; JupyterLab's stylesheet, inlined whole (575 KB, 87 KB
+  gzipped), is cut down to the rules that can match the print page, as there;
 - the plugin renders the page with the 404 page's context, whose base is site_url's absolute path
   (`/distdocs/`): served anywhere else, the theme would fetch its search index from a wrong
   address. Make the base relative, `..`, as on every other page."""

@@ -1,5 +1,5 @@
 """distdocs doctor: each trap it knows is found when the machine sets it, and not otherwise, with the
-fix named; it exits non-zero only for a trap that stops every distributed run."""
+fix named; it exits non-zero only for a trap that stops the launch it is asked about."""
 
 from __future__ import annotations
 

@@ -114,10 +114,12 @@ def test_wrong_world_size_gets_one_line_naming_the_right_command(command_runs):
     command_runs.run_usage_error(f"torchrun --standalone --nproc_per_node=3 {script}", wanted)
 
 
-# torch as a one-GPU machine shows it to the example: CUDA present, one device, and set_device, which
-# rank 0 reaches with its GPU, waiting there as a real rank 0 would wait for the others in the group.
+# Run in each rank, this makes torch report what a one-GPU machine would: CUDA present, one device.
+# Rank 0, which has the GPU, reaches set_device and waits there, as a real rank 0 would wait in
+# init_process_group for the others.
 ONE_FAKE_GPU = (
-    "import runpy, time, torch; torch.cuda.is_available = lambda: True; torch.cuda.device_count = lambda: 1; "
+    "import runpy, sys, time, torch; sys.argv[0] = '{script}'; "
+    "torch.cuda.is_available = lambda: True; torch.cuda.device_count = lambda: 1; "
     "torch.cuda.set_device = lambda device: time.sleep(60); runpy.run_path('{script}', run_name='__main__')"
 )
 
@@ -125,15 +127,15 @@ ONE_FAKE_GPU = (
 @pytest.mark.processes
 def test_more_processes_than_gpus_stops_the_rank_without_one_in_one_line(command_runs):
     """On a one-GPU node, 2 processes under nccl: without the setup's check, rank 1 dies in
-    set_device with a traceback ("invalid device ordinal"), or nccl refuses two ranks on one GPU. With
-    it, rank 1 says why in one line, torchrun stops rank 0, and the run ends in seconds, not at the
+    set_device with a traceback ("invalid device ordinal"). With it, rank 1 says why in one line, with
+    the command that runs on the CPU, torchrun stops rank 0, and the run ends in seconds, not at the
     group's timeout. CUDA is faked in the ranks (no GPU here); the check is the setup's own lines."""
     script = "examples/data_parallel/step01_manual_allreduce.py"
     command = f'torchrun --standalone --nproc_per_node=2 --no-python python -c "{ONE_FAKE_GPU.format(script=script)}"'
-    result = command_runs.run_failing(command, exit_code=1, within_s=30)
+    result = command_runs.run_failing(command, exit_code=1, within_s=45)  # rank 0 would wait 60 s
     wanted = (
-        "error: local rank 1 has no GPU: this node has 1; "
-        "launch one process per GPU, or set CUDA_VISIBLE_DEVICES= to run on the CPU"
+        "error: local rank 1 has no GPU (this node has 1); launch one process per GPU, or run on the CPU: "
+        f"CUDA_VISIBLE_DEVICES= torchrun --standalone --nproc_per_node=2 {script}"
     )
     assert result.stderr.splitlines().count(wanted) == 1, result.describe()
     assert "local rank 0" not in result.stderr, result.describe()  # rank 0 has its GPU

@@ -149,8 +149,9 @@ def main() -> None:
         device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))  # one GPU per process on a node
         if device.index >= torch.cuda.device_count():  # more processes than GPUs: nccl cannot share one
             sys.exit(
-                f"error: local rank {device.index} has no GPU: this node has {torch.cuda.device_count()}; "
-                "launch one process per GPU, or set CUDA_VISIBLE_DEVICES= to run on the CPU"
+                f"error: local rank {device.index} has no GPU (this node has {torch.cuda.device_count()}); launch one "
+                f"process per GPU, or run on the CPU: CUDA_VISIBLE_DEVICES= torchrun --standalone "
+                f"--nproc_per_node={NPROC_PER_NODE} {sys.argv[0]}"
             )
         torch.cuda.set_device(device)
     dist.init_process_group(backend, timeout=timedelta(seconds=TIMEOUT_S))

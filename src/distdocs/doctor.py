@@ -56,8 +56,9 @@ def problem(report: dict) -> str | None:
 
 
 # The traps that stop or slow distributed runs on one machine, each found from what the machine
-# shows, and each with the fix. A trap is an error when no distributed run can work until it is
-# fixed, and a warning when runs work but badly, or only some of them fail.
+# shows, and each with the fix. A trap is an error when the launch asked about (nproc_per_node
+# processes here) cannot work until it is fixed, and a warning when it works but badly, or only
+# some of its runs fail.
 DEFAULT_PORT = 29500  # torchrun's --master-port, and the usual --rdzv-endpoint port
 
 
