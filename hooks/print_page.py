@@ -11,6 +11,11 @@
 - the lab notebook's code cells get the tabindex that hooks/lab_notebooks.py gives them on their page,
   and lose nbconvert's Mermaid loader as there; JupyterLab's stylesheet, inlined whole (575 KB, 87 KB
   gzipped), is cut down to the rules that can match the print page, as there;
+- Material's search on the page would fetch the site's search index (230 KB gzipped, a quarter of
+  the page's weight) to find what the browser's own find (Ctrl+F) finds on a page that holds the
+  whole site: drop the search box and its button. Material's script fetches the index only for a
+  page with a search form, and mounts search only where the box is; the hidden toggle stays, since
+  the script sets it on every navigation;
 - the plugin renders the page with the 404 page's context, whose base is site_url's absolute path
   (`/distdocs/`): served anywhere else, the theme would fetch its search index from a wrong
   address. Make the base relative, `..`, as on every other page."""
@@ -72,6 +77,25 @@ def repair_anchor_links(html: str) -> str:
     return HASH_LINK.sub(resolve, html)
 
 
+SEARCH_BUTTON = re.compile(r'\s*<label class="md-header__button md-icon" for="__search">.*?</label>', re.S)
+SEARCH_BOX = '<div class="md-search" data-md-component="search"'
+
+
+def drop_search(html: str) -> str:
+    """`html` without Material's search button and search box (the box's <div>, closed where its
+    nesting ends)."""
+    html, buttons = SEARCH_BUTTON.subn("", html, count=1)
+    start = html.find(SEARCH_BOX)
+    if not buttons or start < 0:
+        raise RuntimeError("print page: Material's search button or box is not where hooks/print_page.py expects")
+    depth = 0
+    for tag in re.finditer(r"<div\b|</div>", html[start:]):
+        depth += 1 if tag[0] == "<div" else -1
+        if depth == 0:
+            return html[:start] + html[start + tag.end() :]
+    raise RuntimeError("print page: Material's search box never closes")
+
+
 def relative_base(html: str, site_url: str | None) -> str:
     absolute = urllib.parse.urlparse(site_url or "/").path or "/"
     html = html.replace(f'"base": "{absolute}"', '"base": ".."')
@@ -84,4 +108,5 @@ def on_post_build(config, **kwargs) -> None:
         html = relative_base(drop_repeated_inline_blocks(page.read_text()), config.get("site_url"))
         html = prefix_quiz_ids(PREFIXED_BARE_HASH.sub('href="#"', html))
         html = prune_jupyter_css(drop_mermaid_loader(focusable_cells(html), "print_page"))
+        html = drop_search(html)
         page.write_text(repair_anchor_links(html))
