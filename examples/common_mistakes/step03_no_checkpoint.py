@@ -8,12 +8,14 @@ prints where the restart resumed and how many steps were lost; `--ckpt-every 10`
 """
 
 import argparse
+import gc
 import os
 import shutil
 import signal
 import sys
 import tempfile
 import time
+import traceback
 from datetime import timedelta
 
 import torch
@@ -86,6 +88,19 @@ def parse_args() -> argparse.Namespace:
 
 def run(args: argparse.Namespace, device: torch.device) -> None:
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    try:
+        model, first = train(args, device, attempt)
+    except BaseException as e:
+        # The lost peer fails rank 0's step. The traceback would keep the DDP model alive past the
+        # group's teardown, and DDP's gloo thread would then abort the exit: free it first.
+        traceback.clear_frames(e.__traceback__)
+        gc.collect()
+        raise
+    check(model, first, args, attempt, device)
+
+
+def train(args: argparse.Namespace, device: torch.device, attempt: int) -> tuple[nn.Module, int]:
+    """The 40 steps, from the newest checkpoint if there is one; the model, and the step it resumed at."""
     path = os.path.join(args.ckpt_dir, "checkpoint.pt")
     if attempt == 0 and dist.get_rank() == 0:  # a new launch starts from scratch; a restart resumes
         shutil.rmtree(args.ckpt_dir, ignore_errors=True)
@@ -107,7 +122,11 @@ def run(args: argparse.Namespace, device: torch.device) -> None:
         if args.ckpt_every and (step + 1) % args.ckpt_every == 0:
             save_atomically({"model": model.module.state_dict(), "opt": opt.state_dict(), "step": step + 1}, path)
     # --8<-- [end:resume]
+    return model, first
 
+
+def check(model: nn.Module, first: int, args: argparse.Namespace, attempt: int, device: torch.device) -> None:
+    """Where the restart resumed, the steps lost, and the final weights against an uninterrupted run."""
     # --8<-- [start:self_check]
     lost = args.kill_at_step - first
     log(f"restart {attempt}: resumed from step {first} ({'no checkpoint' if not first else 'newest checkpoint'})")
