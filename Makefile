@@ -37,7 +37,7 @@ audit: build chromium
 	$(BIN)/python -m tools.saved_data run audit
 
 # Three test processes side by side (pytest-xdist): most tests wait at times on the processes they start,
-# so three keep two cores busy (docs/testing.md says what stays isolated). TEST_WORKERS=0 runs
+# so three keep two cores busy (docs/appendix/testing.md says what stays isolated). TEST_WORKERS=0 runs
 # everything in one process, which takes about half as long again.
 TEST_WORKERS ?= 3
 # DeepSpeed's CPU op is compiled first, alone (tools/deepspeed_ops.py says why); once cached, this is quick.

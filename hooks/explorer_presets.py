@@ -11,7 +11,8 @@ from distdocs.costmodel import PRESETS, load_fit
 
 PLACEHOLDER = "<!-- explorer-presets -->"
 SAVED_RUN = Path(__file__).resolve().parent.parent / "benchmarks" / "allreduce-cpu.json"
-# The compute-bound model measured at 1 and 2 ranks over loopback and dialled links (docs/practice/scaling.md).
+# The compute-bound model measured at 1 and 2 ranks over loopback and dialled links
+# (docs/lesson/gradient-accumulation.md).
 THREE_LINKS = Path(__file__).resolve().parent.parent / "benchmarks" / "prediction-links-cpu.json"
 SAMPLES_PER_RANK = 1024  # distdocs.bench.scaling.MODELS["compute-bound"]; a test holds the two equal
 LINK_NAMES = {"loopback": "loopback, one machine", "1gbit": "a 1 Gbit/s link", "100mbit": "a 100 Mbit/s link"}

@@ -50,5 +50,5 @@ def test_every_public_function_and_class_has_a_docstring():
 
 
 def test_pages_that_use_the_api_link_to_it():
-    for page in ["recovery/checkpoint-and-resume.md", "lab/scaling-explorer.md", "reference/cli.md"]:
+    for page in ["operations/checkpoint-and-resume.md", "lab/scaling-explorer.md", "reference/cli.md"]:
         assert "api.md#distdocs." in (DOCS / page).read_text(), f"{page} does not link to the reference"

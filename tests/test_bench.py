@@ -446,7 +446,7 @@ def test_saved_slurm_recovery_is_drawn_from_its_data_and_supports_what_the_multi
     # "With SLURM's defaults (300, 120 and 60 s), a lost node costs at least seven minutes ... and a
     # preemption at least two": SlurmdTimeout + cred_expire, and cred_expire.
     defaults = slurm_bench.SLURM_DEFAULTS_S
-    page = (REPO / "docs/recovery/multi-node.md").read_text()
+    page = (REPO / "docs/operations/multi-node.md").read_text()
     assert "(300,\n120 and 60 s)" in page or "(300, 120 and 60 s)" in page.replace("\n", " ")
     assert (defaults["SlurmdTimeout"] + defaults["cred_expire"]) / 60 == 7 and defaults["cred_expire"] / 60 == 2
     assert "at least seven minutes" in page.replace("\n", " ") and "preemption at least two" in page.replace("\n", " ")

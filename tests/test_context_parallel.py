@@ -1,4 +1,4 @@
-"""docs/lesson/context-parallelism.md: what it says of torch's own context parallelism on a CPU comes
+"""docs/deep-dives/context-parallelism.md: what it says of torch's own context parallelism on a CPU comes
 from a run (tests/faulty_scripts/context_parallel_on_cpu.py), and the example refuses a sequence it
 cannot split evenly. The page's commands and their output are test_docs.py's; the ring's checks, the
 example's own."""
@@ -13,7 +13,7 @@ from docexec.fences import REPO
 
 pytestmark = pytest.mark.processes  # the test tier: see the testing page
 
-PAGE = REPO / "docs/lesson/context-parallelism.md"
+PAGE = REPO / "docs/deep-dives/context-parallelism.md"
 
 
 def test_the_page_quotes_what_torchs_context_parallel_says_on_a_cpu(command_runs):

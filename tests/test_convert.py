@@ -32,7 +32,7 @@ def test_the_page_shows_the_diff_of_the_two_files():
     sys.path.insert(0, str(REPO / "hooks"))
     import file_diff
 
-    page = (DOCS / "practice/convert-your-script.md").read_text()
+    page = (DOCS / "multi-gpu/convert-your-script.md").read_text()
     rendered = file_diff.on_page_markdown(page, None, None, None)
     diff = file_diff.render("convert/step01_one_process.py", "convert/step02_ddp.py")
     assert "<!-- diff:" not in rendered and "```diff" in rendered and diff in rendered

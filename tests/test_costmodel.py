@@ -183,7 +183,7 @@ def test_sim_measured_needs_a_model_and_a_scaling_file(capsys):
 
 
 def test_what_the_production_page_says_of_its_recommendation_model():
-    """docs/practice/in-production.md: 100M parameters, 10 µs a sample, 2048 samples per GPU, 8 GPUs."""
+    """docs/operations/in-production.md: 100M parameters, 10 µs a sample, 2048 samples per GPU, 8 GPUs."""
     at8 = {
         (net, k): simulate(Workload(100e6, 1e-5, 2048, accumulation=k), [1, 8], PRESETS[net])[1]
         for net in PRESETS

@@ -163,12 +163,18 @@ def test_reference_page_documents_every_subcommand():
 QUIZ = re.compile(r"<quiz>\n(.*?)</quiz>", re.S)
 
 
-QUIZ_PAGES = sorted(page for section in ("lesson", "practice", "recovery") for page in (DOCS / section).glob("*.md"))
+# Every teaching page; the set-up page teaches nothing to test yourself on.
+QUIZ_PAGES = sorted(
+    page
+    for section in ("start", "multi-gpu", "lesson", "deep-dives", "operations")
+    for page in (DOCS / section).glob("*.md")
+    if page != DOCS / "start/set-up.md"
+)
 
 
 @pytest.mark.fast
 @pytest.mark.parametrize("page", QUIZ_PAGES, ids=lambda p: str(p.relative_to(REPO)))
-def test_every_lesson_practice_and_recovery_page_ends_with_a_short_quiz_whose_answers_explain_themselves(page):
+def test_every_teaching_page_ends_with_a_short_quiz_whose_answers_explain_themselves(page):
     text = page.read_text()
     quizzes = QUIZ.findall(text)
     assert 2 <= len(quizzes) <= 4, f"{page.name}: {len(quizzes)} questions, not 2 to 4"
@@ -204,6 +210,6 @@ def test_every_lesson_page_has_one_or_two_exercises_each_with_a_collapsed_soluti
 
 @pytest.mark.fast
 def test_every_exercise_solution_file_is_shown_on_its_page():
-    shown = "".join(p.read_text() for p in (DOCS / "lesson").glob("*.md"))
+    shown = "".join(p.read_text() for d in ("lesson", "deep-dives") for p in (DOCS / d).glob("*.md"))
     files = sorted((REPO / "examples").rglob("exercise*.py"))
     assert files and all(f'"{f.relative_to(REPO / "examples")}:' in shown for f in files), files

@@ -1,4 +1,4 @@
-"""docs/lesson/expert-parallelism.md: what its runs show. The page's three commands are run once for
+"""docs/deep-dives/expert-parallelism.md: what its runs show. The page's three commands are run once for
 these tests and test_docs.py (which checks their excerpts, and test_examples.py the self-check): a
 skewed router gives rank 0 most of the tokens and about nineteen times rank 1's activations, and a
 capacity factor of 1.25 holds each expert to 160 tokens of each rank, dropping more than half."""

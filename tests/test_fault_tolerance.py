@@ -1,6 +1,8 @@
-"""examples/fault_tolerance/step01_resume_after_kill.py keeps its contract: whichever rank dies at
-whichever step, and even halfway through writing a checkpoint, the restarted run ends with the same
-weights as an uninterrupted one, bit for bit.
+"""docs/operations/checkpoint-and-resume.md. examples/fault_tolerance/step01_resume_after_kill.py keeps
+its contract: whichever rank dies at whichever step, and even halfway through writing a checkpoint, the
+restarted run ends with the same weights as an uninterrupted one, bit for bit. step06 counts the steps
+a failure costs with and without checkpoints; torchrun restarts on the store of the attempt before
+unless TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1, the reason every restart command on the pages sets it.
 
 `make test` checks two kill points drawn at random on every run, from a seed that the run's header
 prints: DISTDOCS_KILL_SEED=<seed> runs the same points again. `make soak` sets DISTDOCS_SOAK=20 and
@@ -122,3 +124,47 @@ def test_stateful_dataloader_resumes_a_distributed_sampler_mid_epoch_with_worker
     sampler.set_epoch(1)  # the epoch is the sampler's, not in the loader's state: set it as before
     got += [ids.tolist() for _, ids in second]
     assert got == expected
+
+
+NO_CHECKPOINT = "examples/fault_tolerance/step06_no_checkpoint.py"
+
+
+@pytest.mark.parametrize(("every", "resumed", "lost"), [(0, 0, 25), (10, 20, 5)])
+def test_a_killed_rank_costs_every_step_without_checkpoints_and_few_with_them(command_runs, every, resumed, lost):
+    result = command_runs.run_ok(
+        f"TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 torchrun --standalone --nproc_per_node=2 --max-restarts=1 "
+        f"{NO_CHECKPOINT} --ckpt-every {every}"
+    )
+    assert "failed (exitcode: -9) local_rank: 1" in result.stderr, result.describe()  # rank 1 was SIGKILLed
+    assert f"restart 1: resumed from step {resumed} " in result.stdout, result.describe()
+    assert f"{lost} lost to the failure" in result.stdout, result.describe()
+
+
+@pytest.mark.parametrize(("disabled", "found"), [("0", True), ("1", False)])
+def test_a_restart_finds_the_dead_ranks_address_in_the_store_unless_sharing_is_disabled(command_runs, disabled, found):
+    """torch 2.13: with the rendezvous store shared (the default since 2.5), the restarted attempt meets
+    on the attempt before's store, where gloo's address of the dead rank still is; a restarted rank can
+    dial it before the replacement publishes its own, and fail or wait out the timeout (the race of
+    pytorch/pytorch#135712). With TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 every attempt has a fresh store."""
+    result = command_runs.run_ok(
+        f"TORCH_DISABLE_SHARE_RDZV_TCP_STORE={disabled} torchrun --standalone --nproc_per_node=2 --max-restarts=1 "
+        "tests/faulty_scripts/restart_finds_old_store.py"
+    )
+    assert f"attempt 1: the dead rank's address is in the store: {found}" in result.stdout, result.describe()
+
+
+@pytest.mark.parametrize(
+    ("command", "message"),
+    [
+        (
+            f"torchrun --standalone --nproc_per_node=2 {NO_CHECKPOINT} --kill-at-step 40",
+            "error: --ckpt-every must be 0 or more and --kill-at-step in 1..39",
+        ),
+        (
+            "torchrun --standalone --nproc_per_node=2 examples/fault_tolerance/step05_checkpoint_on_time.py --every 0",
+            "error: --every must be above 0 and below the run's 0.8 s",
+        ),
+    ],
+)
+def test_impossible_checkpoint_settings_get_one_line_and_exit_2(command_runs, command, message):
+    command_runs.run_usage_error(command, message)

@@ -67,7 +67,7 @@ def test_tensor_parallel_drawing_is_drawn_at_the_examples_sizes():
 
 
 def test_in_production_chart_draws_the_pages_sim_commands_and_supports_its_alt_text():
-    page = (REPO / "docs/practice/in-production.md").read_text()
+    page = (REPO / "docs/operations/in-production.md").read_text()
     assert (REPO / "docs/assets/in-production-speedups.svg").read_text() == figures.sim_commands(page)
     import re
     import shlex

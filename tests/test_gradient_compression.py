@@ -1,4 +1,4 @@
-"""docs/practice/gradient-compression.md: the bytes each DDP communication hook allreduces are the
+"""docs/deep-dives/gradient-compression.md: the bytes each DDP communication hook allreduces are the
 arithmetic of the parameters' shapes, the cost model takes a compression factor, and the saved run
 over dialled links says what the page says of it. The page's own command (root only) runs once,
 for this test and test_docs."""
@@ -17,7 +17,7 @@ from distdocs.world import World
 
 from docexec.fences import REPO, classify
 
-PAGE = REPO / "docs/practice/gradient-compression.md"
+PAGE = REPO / "docs/deep-dives/gradient-compression.md"
 SAVED = REPO / "benchmarks/compression-links-cpu.json"
 # The page's claim for the cost model: every dialled step predicted within 0.8-1.2 of the measured one.
 RATIO_BOUNDS = (0.8, 1.2)

@@ -1,4 +1,4 @@
-"""docs/practice/in-production.md, the 2 x 2 x 2 mesh: each dimension carries only its own kind of
+"""docs/operations/in-production.md, the 2 x 2 x 2 mesh: each dimension carries only its own kind of
 communication, in the numbers the page gives. The run is shared with test_docs.py (its excerpt) and
 test_examples.py (its self-check)."""
 
@@ -10,7 +10,7 @@ import pytest
 
 pytestmark = pytest.mark.processes  # the test tier: see the testing page
 
-SCRIPT = "examples/in_production/step03_3d_mesh.py"
+SCRIPT = "examples/in_production/step02_3d_mesh.py"
 COMMAND = f"torchrun --standalone --nproc_per_node=8 {SCRIPT}"
 CALLS = re.compile(r"^  (pp|dp|tp): (.+)$", re.M)
 
@@ -33,4 +33,11 @@ def test_a_world_the_mesh_cannot_hold_gets_one_line(command_runs):
     command_runs.run_usage_error(
         f"torchrun --standalone --nproc_per_node=2 {SCRIPT}",
         "error: this example needs a multiple of 4 processes (pp 2 x tp 2 x dp), got 2",
+    )
+
+
+def test_a_world_the_2d_mesh_cannot_hold_gets_one_line(command_runs):
+    command_runs.run_usage_error(
+        "torchrun --standalone --nproc_per_node=2 examples/in_production/step01_2d_mesh.py",
+        "error: this example needs a multiple of 2 processes, at least 4; got 2",
     )

@@ -28,7 +28,7 @@ def test_saved_table_is_the_one_the_saved_records_make():
     for r in saved["records"]:  # the performance shown is the median of the runs saved with it
         assert len(r["performance_runs"]) == machine["runs"]
         assert r["performance"] == statistics.median(r["performance_runs"])
-    assert '--8<-- "lighthouse.txt"' in (REPO / "docs/testing.md").read_text()
+    assert '--8<-- "lighthouse.txt"' in (REPO / "docs/appendix/testing.md").read_text()
 
 
 @pytest.mark.processes

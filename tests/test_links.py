@@ -1,4 +1,4 @@
-"""distdocs.links and the collectives page's "Over a link you dial": a dialled link delivers its rate,
+"""distdocs.links and the appendix on the network emulation: a dialled link delivers its rate,
 the α-β fit over it recovers that rate, the saved sweep the page draws says so too, and no namespace
 outlives its network. Building networks needs root; without it the tests that build one skip, saying
 so, and a bench run asking for a link fails with one line."""
@@ -19,7 +19,7 @@ from distdocs.bench.prediction import speedups
 
 from docexec.fences import REPO, classify
 
-PAGE = REPO / "docs/lesson/collectives.md"
+PAGE = REPO / "docs/appendix/network-emulation.md"
 SAVED = REPO / "benchmarks/allreduce-links-cpu.json"
 THREE_LINKS = REPO / "benchmarks/prediction-links-cpu.json"
 # tbf counts whole frames: with 1500-byte frames a TCP stream's payload gets about 95% of the rate.
@@ -122,7 +122,7 @@ def test_the_saved_sweep_recovers_every_dialled_rate_and_loopback_is_far_faster(
 
 @pytest.mark.fast
 def test_the_saved_three_link_run_is_predicted_within_20_percent_and_has_the_shape_the_scaling_page_gives():
-    """docs/practice/scaling.md, "The same model, three links": every measured step time predicted
+    """docs/lesson/gradient-accumulation.md, "Over a slower link": every measured step time predicted
     within 0.8-1.2 by the cost model fed from other runs; over the slowest link two nodes are slower
     than one and accumulation wins it back; the slower the link, the lower the speedup."""
     records = json.loads(THREE_LINKS.read_text())["records"]
@@ -212,7 +212,7 @@ def test_the_hierarchy_command_on_the_page_predicts_both_allreduces(command_runs
     allreduce beats the flat ring, both predicted within 0.8-1.2 (the link, not the CPU, sets the
     pace at 100 Mbit/s), and HSDP's node sends about one gradient across per step."""
     needs_root()
-    page = REPO / "docs/lesson/collectives.md"
+    page = REPO / "docs/appendix/network-emulation.md"
     (fence,) = [f for f in classify(page) if f.kind == "command" and "bench hierarchy" in f.command]
     result = command_runs.run_ok(fence.command)
     rows = dict(

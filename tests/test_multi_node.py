@@ -1,4 +1,4 @@
-"""docs/recovery/multi-node.md and docs/practice/launch-on-several-nodes.md: two launchers train to
+"""docs/operations/multi-node.md and docs/multi-gpu/launch-on-several-nodes.md: two launchers train to
 the same weights as one, a lost node's replacement resumes from the checkpoint, in two network
 namespaces as on loopback; the launch page's node commands run as written, each in the namespace
 that has its address; and the cluster recipes at least parse.
@@ -30,8 +30,8 @@ from docexec.outputs import excerpt_missing
 pytestmark = pytest.mark.processes  # the test tier: see the testing page
 
 SCRIPT = "examples/fault_tolerance/step01_resume_after_kill.py"
-PAGE = REPO / "docs/recovery/multi-node.md"
-LAUNCH_PAGE = REPO / "docs/practice/launch-on-several-nodes.md"
+PAGE = REPO / "docs/operations/multi-node.md"
+LAUNCH_PAGE = REPO / "docs/multi-gpu/launch-on-several-nodes.md"
 UNINTERRUPTED = f"torchrun --standalone --nproc_per_node=2 {SCRIPT}"  # test_fault_tolerance's, shared
 NAMESPACES = {"a": "10.77.0.1", "b": "10.77.0.2"}
 

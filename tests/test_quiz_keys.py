@@ -63,14 +63,14 @@ def ring_key() -> str:
 
 def accumulation_calls_key() -> str:
     # 4 ranks, 2 micro-batches: the output counts the calls with and without no_sync
-    text = output("practice/gradient-accumulation.md", "--accumulation-steps 2")
+    text = output("lesson/gradient-accumulation.md", "--accumulation-steps 2")
     synced, accumulated = map(int, re.search(r"(\d+) syncing every micro-batch, (\d+) with no_sync", text).groups())
     assert synced == 2 * accumulated
     return "k"
 
 
 def local_sgd_key() -> str:
-    text = output("practice/sync-and-async.md", "step01_local_sgd.py")
+    text = output("deep-dives/sync-and-async.md", "step01_local_sgd.py")
     rows = re.findall(r"^\s*(.+?)\s{2,}(\d+)\s+(\d+)\s", text, re.M)
     every = {name: (int(calls), int(nbytes)) for name, calls, nbytes in rows}
     (ddp_calls, ddp_bytes), (k4_calls, k4_bytes) = every["DDP, every step"], every["average every 4"]
@@ -126,7 +126,7 @@ def rounding_key() -> str:
 
 def elastic_key() -> str:
     # what the survivor of the multi-node page's elastic run printed (tests/test_multi_node.py checks it)
-    (excerpt,) = [f.body for f in classify(DOCS / "recovery/multi-node.md") if f.kind == "node excerpt"]
+    (excerpt,) = [f.body for f in classify(DOCS / "operations/multi-node.md") if f.kind == "node excerpt"]
     two, one = (
         re.search(rf"on {n} ranks?: 16 samples a step, (\d+) micro-batch(?:es)? of 4 per rank", excerpt)[1]
         for n in (2, 1)
@@ -137,7 +137,7 @@ def elastic_key() -> str:
 
 def mfu_key() -> str:
     # the profile-first page's own command prints it, from torchtitan's inputs (tests/test_mfu.py)
-    text = output("practice/profile-first.md", "distdocs mfu")
+    text = output("deep-dives/profile-first.md", "distdocs mfu")
     return re.search(r"^MFU: ([\d.]+%)$", text, re.M)[1]
 
 
@@ -169,7 +169,7 @@ COMPUTED = {
         bytes_per_parameter("bf16-master").total if bytes_per_parameter("autocast").total == 16 else None
     ),
     ("lesson/collectives.md", "For large tensors the ring"): ring_key,
-    ("quiz.md", "In a ring all_reduce of S bytes"): ring_key,
+    ("reference/quiz.md", "In a ring all_reduce of S bytes"): ring_key,
     ("lesson/data-parallelism.md", "DDP on 2 ranks"): lambda: (
         "bitwise equal to one process that averages"
         if "averages the 2 shards' gradients: True"
@@ -187,42 +187,44 @@ COMPUTED = {
         if "columns then rows: all_reduce in forward," in output("lesson/tensor-parallelism.md", "exercise01")
         else None
     ),
-    ("practice/common-mistakes.md", "A job without checkpoints"): lambda: re.search(
-        r"steps computed: (\d+) for a 40-step run", output("practice/common-mistakes.md", "--ckpt-every 0")
+    ("operations/checkpoint-and-resume.md", "A job without checkpoints"): lambda: re.search(
+        r"steps computed: (\d+) for a 40-step run", output("operations/checkpoint-and-resume.md", "--ckpt-every 0")
     ).group(1),
-    ("practice/gradient-accumulation.md", "Four ranks each accumulate"): lambda: re.search(
+    ("lesson/gradient-accumulation.md", "Four ranks each accumulate"): lambda: re.search(
         r"global batch (\d+) = micro-batch 8 x accumulation steps 2 x ranks 4",
-        output("practice/gradient-accumulation.md", "--accumulation-steps 2"),
+        output("lesson/gradient-accumulation.md", "--accumulation-steps 2"),
     ).group(1),
-    ("practice/gradient-accumulation.md", "What does wrapping the first"): lambda: (
+    ("lesson/gradient-accumulation.md", "What does wrapping the first"): lambda: (
         accumulation_calls_key() + " times fewer"
     ),
-    ("quiz.md", "Gradient accumulation over k micro-batches"): lambda: "Divides it by " + accumulation_calls_key(),
-    ("practice/in-production.md", "With the batch per GPU fixed"): in_production_key,
-    ("practice/scaling.md", "A step takes 10 ms"): scaling_key,
-    ("practice/gradient-compression.md", "A step takes 40 ms"): compression_key,
-    ("practice/scaling.md", "Accumulating four micro-batches"): accumulation_sync_key,
-    ("practice/sync-and-async.md", "Local SGD averages"): local_sgd_key,
-    ("recovery/checkpoint-and-resume.md", "A checkpoint takes 1 minute"): checkpoint_interval_key,
-    ("recovery/multi-node.md", "An elastic job"): elastic_key,
-    ("practice/profile-first.md", "A dense transformer trains at 2973"): mfu_key,
-    ("lesson/expert-parallelism.md", "Two ranks hold 4 experts"): expert_capacity_key,
+    ("reference/quiz.md", "Gradient accumulation over k micro-batches"): lambda: (
+        "Divides it by " + accumulation_calls_key()
+    ),
+    ("operations/in-production.md", "With the batch per GPU fixed"): in_production_key,
+    ("start/overview.md", "A step takes 10 ms"): scaling_key,
+    ("deep-dives/gradient-compression.md", "A step takes 40 ms"): compression_key,
+    ("lesson/gradient-accumulation.md", "Accumulating four micro-batches"): accumulation_sync_key,
+    ("deep-dives/sync-and-async.md", "Local SGD averages"): local_sgd_key,
+    ("operations/checkpoint-and-resume.md", "A checkpoint takes 1 minute"): checkpoint_interval_key,
+    ("operations/multi-node.md", "An elastic job"): elastic_key,
+    ("deep-dives/profile-first.md", "A dense transformer trains at 2973"): mfu_key,
+    ("deep-dives/expert-parallelism.md", "Two ranks hold 4 experts"): expert_capacity_key,
     ("lesson/pipeline-parallelism.md", "A pipeline has p = 4 ranks, m = 8"): lambda: str(
         Fraction(bubble_fraction(4, 8, chunks=2)).limit_denominator(100)
     ),
-    ("quiz.md", "Two ranks each hold half of a batch"): rounding_key,
+    ("reference/quiz.md", "Two ranks each hold half of a batch"): rounding_key,
 }
 
 # Questions whose answer is judgement, a definition or a reason, not a number the code computes.
 JUDGEMENT = [
-    ("practice/gradient-compression.md", "Why does PowerSGD keep"),
+    ("deep-dives/gradient-compression.md", "Why does PowerSGD keep"),
     ("lesson/choosing-a-strategy.md", "A model's states do not fit"),
     ("lesson/collectives.md", "Which collective leaves every rank"),
     ("lesson/data-parallelism.md", "Every example's setup picks the GPU"),
-    ("lesson/ddp-internals.md", "Why does BucketedDDP launch"),
-    ("lesson/ddp-internals.md", "What does `gradient_as_bucket_view=True` save"),
-    ("lesson/index.md", "Data parallelism, model parallelism"),
-    ("lesson/index.md", "In the data-parallel loop"),
+    ("deep-dives/ddp-internals.md", "Why does BucketedDDP launch"),
+    ("deep-dives/ddp-internals.md", "What does `gradient_as_bucket_view=True` save"),
+    ("start/overview.md", "Data parallelism, model parallelism"),
+    ("start/overview.md", "In the data-parallel loop"),
     ("lesson/launchers.md", "`torchrun --standalone"),
     ("lesson/launchers.md", "On a cluster"),
     ("lesson/model-parallelism.md", "What does rank 1 send back"),
@@ -231,44 +233,44 @@ JUDGEMENT = [
     ("lesson/sharded-data-parallelism.md", "Sharded data parallelism (FSDP, ZeRO-3) replaces"),
     ("lesson/sharded-data-parallelism.md", "What does sharding the model state cost"),
     (
-        "lesson/expert-parallelism.md",
+        "deep-dives/expert-parallelism.md",
         "Four experts sit on two ranks",
     ),  # the skewed run shows it (test_expert_parallel.py)
-    ("lesson/context-parallelism.md", "Why does ring attention pass"),
-    ("lesson/activation-recomputation.md", "A layer keeps 34"),  # the calculator's terms (test_recomputation.py)
-    ("lesson/activation-recomputation.md", "Why does selective recomputation"),
-    ("lesson/context-parallelism.md", "With causal attention and contiguous"),  # the ring's own skip rule
+    ("deep-dives/context-parallelism.md", "Why does ring attention pass"),
+    ("deep-dives/activation-recomputation.md", "A layer keeps 34"),  # the calculator's terms (test_recomputation.py)
+    ("deep-dives/activation-recomputation.md", "Why does selective recomputation"),
+    ("deep-dives/context-parallelism.md", "With causal attention and contiguous"),  # the ring's own skip rule
     ("lesson/tensor-parallelism.md", "Why is tensor parallelism used"),
-    ("practice/best-practices.md", "Before adding a second GPU"),
-    ("practice/best-practices.md", "When is a checkpoint a backup"),
-    ("practice/common-mistakes.md", "A model takes a fraction of a millisecond"),
-    ("practice/convert-your-script.md", "A DDP script saves"),
-    ("practice/convert-your-script.md", "Two processes each take"),
-    ("practice/in-production.md", "Why does one rank decide"),
-    ("practice/in-production.md", "On the 2 × 2 × 2 mesh"),  # the run's counts (test_in_production.py)
-    ("practice/launch-on-several-nodes.md", "Both nodes start"),
-    ("practice/launch-on-several-nodes.md", "On two real machines"),
-    ("practice/launch-on-several-nodes.md", "Which setting makes gloo"),
-    ("practice/learning-rate.md", "A run trained well with batch 32"),
-    ("practice/learning-rate.md", "Why did the run with the whole dataset"),
-    ("practice/mixed-precision.md", "Why do the weights stay in float32"),
-    ("practice/mixed-precision.md", "Which 16-bit format"),
-    ("practice/profile-first.md", "In a profile of a DDP step"),
-    ("practice/profile-first.md", "Why does the profiler's schedule"),
-    ("practice/sync-and-async.md", "Asynchronous training with a large staleness"),
-    ("quiz.md", "The most common reason"),
-    ("quiz.md", "Small models that fit on one GPU"),
-    ("quiz.md", "A training job writes its checkpoint"),
-    ("quiz.md", "All ranks of a job stop"),
-    ("quiz.md", "Mixed precision with bfloat16 autocast"),
-    ("quiz.md", "The lab fits a line"),
-    ("quiz.md", "In the scaling explorer"),
-    ("recovery/checkpoint-and-resume.md", "Why is a checkpoint written to a temporary file"),
-    ("recovery/debugging.md", "Each rank times its computation"),
-    ("recovery/debugging.md", "A job hangs because one rank"),
-    ("recovery/multi-node.md", "A job runs on two nodes"),
-    ("recovery/multi-node.md", "A job runs as two torchft"),  # its run is held by tests/test_multi_node.py
-    ("recovery/multi-node.md", "A SLURM job runs"),  # its options are held to SLURM runs in tests/test_slurm.py
+    ("start/overview.md", "Before adding a second GPU"),
+    ("reference/quiz.md", "When is a checkpoint a backup"),
+    ("multi-gpu/convert-your-script.md", "A DDP script saves"),
+    ("multi-gpu/convert-your-script.md", "Two processes each take"),
+    ("operations/checkpoint-and-resume.md", "Why does one rank decide"),
+    ("operations/in-production.md", "On the 2 × 2 × 2 mesh"),  # the run's counts (test_in_production.py)
+    ("multi-gpu/launch-on-several-nodes.md", "Both nodes start"),
+    ("multi-gpu/launch-on-several-nodes.md", "On two real machines"),
+    ("multi-gpu/launch-on-several-nodes.md", "Which setting makes gloo"),
+    ("lesson/learning-rate.md", "A run trained well with batch 32"),
+    ("lesson/learning-rate.md", "Why did the run with the whole dataset"),
+    ("deep-dives/mixed-precision.md", "Why do the weights stay in float32"),
+    ("deep-dives/mixed-precision.md", "Which 16-bit format"),
+    ("deep-dives/profile-first.md", "In a profile of a DDP step"),
+    ("deep-dives/profile-first.md", "Why does the profiler's schedule"),
+    ("deep-dives/sync-and-async.md", "Asynchronous training with a large staleness"),
+    ("reference/quiz.md", "The most common reason"),
+    ("reference/quiz.md", "Small models that fit on one GPU"),
+    ("reference/quiz.md", "A training job writes its checkpoint"),
+    ("reference/quiz.md", "All ranks of a job stop"),
+    ("reference/quiz.md", "Mixed precision with bfloat16 autocast"),
+    ("reference/quiz.md", "The lab fits a line"),
+    ("reference/quiz.md", "In the scaling explorer"),
+    ("operations/checkpoint-and-resume.md", "Why is a checkpoint written to a temporary file"),
+    ("multi-gpu/debugging.md", "A model takes a fraction of a millisecond"),
+    ("multi-gpu/debugging.md", "Each rank times its computation"),
+    ("multi-gpu/debugging.md", "A job hangs because one rank"),
+    ("operations/multi-node.md", "A job runs on two nodes"),
+    ("operations/multi-node.md", "A job runs as two torchft"),  # its run is held by tests/test_multi_node.py
+    ("operations/multi-node.md", "A SLURM job runs"),  # its options are held to SLURM runs in tests/test_slurm.py
 ]
 
 

@@ -1,4 +1,4 @@
-"""docs/lesson/activation-recomputation.md: the memory calculator's three settings of recomputation
+"""docs/deep-dives/activation-recomputation.md: the memory calculator's three settings of recomputation
 reproduce Korthikanti et al. 2022 (Table 2) and match, byte for byte, what PyTorch keeps for backward
 in the page's example (its one launch is shared with test_docs.py and test_examples.py)."""
 
@@ -85,7 +85,7 @@ def test_the_pages_figures_come_from_the_calculator_and_the_run():
     16 ... with --recompute full the layers keep 5 GiB', and the share at the run's sizes."""
     from distdocs.memory import GIB, bytes_per_parameter, tensor_pipeline_split
 
-    page = (REPO / "docs/lesson/activation-recomputation.md").read_text()
+    page = (REPO / "docs/deep-dives/activation-recomputation.md").read_text()
     gib = {r: activation_bytes(80, 8192, 4096, 1, r, heads=64) / GIB for r in RECOMPUTE}
     split = {r: tensor_pipeline_split(70e9, bytes_per_parameter(), 80 * GIB, gib[r] * GIB) for r in RECOMPUTE}
     devices = {r: split[r][0] * split[r][1] for r in RECOMPUTE}

@@ -167,7 +167,7 @@ def test_quiz_grades_a_right_and_a_wrong_answer_in_chromium(browser, served_site
     errors = []
     page = browser.new_page()
     page.on("pageerror", lambda e: errors.append(str(e)))
-    page.goto(served_site + "quiz/", wait_until="networkidle")
+    page.goto(served_site + "reference/quiz/", wait_until="networkidle")
     right, wrong = page.locator("#quiz-0"), page.locator("#quiz-1")
     expect(right.locator(".quiz-question")).to_contain_text("speedup plateaus")
     expect(wrong.locator(".quiz-question")).to_contain_text("Small models that fit on one GPU")
@@ -187,7 +187,7 @@ def test_quiz_grades_a_right_and_a_wrong_answer_in_chromium(browser, served_site
 
 @pytest.mark.fast
 def test_the_final_quiz_asks_the_seed_questions_with_their_answers():
-    page = (REPO / "docs/quiz.md").read_text()
+    page = (REPO / "docs/reference/quiz.md").read_text()
     assert "The most common reason parallel training speedup plateaus is" in page
     assert "- [x] gradient synchronization" in page
     assert "Small models that fit on one GPU usually benefit the most from data parallelism." in page

@@ -25,7 +25,12 @@ LOADED_URL = re.compile(
 
 @pytest.mark.site
 def test_strict_build_has_every_page(site_dir):
-    for page in ["index.html", "lesson/index.html", "lesson/data-parallelism/index.html", "testing/index.html"]:
+    for page in [
+        "index.html",
+        "start/overview/index.html",
+        "lesson/data-parallelism/index.html",
+        "appendix/testing/index.html",
+    ]:
         assert (site_dir / page).is_file(), page
 
 
@@ -69,7 +74,7 @@ def test_collapsed_code_is_plain_text_and_open_code_keeps_its_colours(site_dir):
 
 @pytest.mark.site
 def test_every_page_has_a_canonical_url_and_an_edit_link(site_dir):
-    for page in ("index.html", "lesson/data-parallelism/index.html", "recovery/debugging/index.html"):
+    for page in ("index.html", "lesson/data-parallelism/index.html", "multi-gpu/debugging/index.html"):
         html = (site_dir / page).read_text()
         assert 'rel="canonical" href="https://' in html, page
         assert "/edit/main/docs/" in html, page  # Material's edit button, from edit_uri

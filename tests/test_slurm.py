@@ -125,7 +125,7 @@ def test_a_cluster_that_cannot_start_says_why_in_one_line(tmp_path, monkeypatch)
         Cluster(tmp_path).start()
 
 
-PAGE = "docs/recovery/multi-node.md"
+PAGE = "docs/operations/multi-node.md"
 
 
 def test_the_page_shows_the_commands_that_ran_and_lines_of_their_logs(slurm_runs):

@@ -1,8 +1,8 @@
 """Checks of the world outside this repository, run by `make check-upstream` and not by `make test`,
 which downloads nothing after the install.
 
-The launchers page's one unexecuted block is Horovod's: Horovod 0.28.1 does not build against the
-pinned torch. This re-checks that reason, so that the day it stops holding (a new Horovod release,
+The Horovod page's one unexecuted block (docs/appendix/horovod.md): Horovod 0.28.1 does not build
+against the pinned torch. This re-checks that reason, so that the day it stops holding (a new Horovod release,
 or a torch whose headers accept C++14) the check fails and the page's Horovod block can become a run
 example. Checking the reason costs a 5 s download; building Horovod takes about 5 minutes on a
 2-core machine before the compiler stops.
@@ -59,7 +59,7 @@ def test_horovod_still_cannot_build_against_our_torch(tmp_path):
     assert version == HOROVOD_VERSION, (
         f"Horovod {version} has been released: try `HOROVOD_WITH_PYTORCH=1 pip install "
         f"--no-build-isolation horovod=={version}`; if it builds, run the Horovod block on "
-        "docs/lesson/launchers.md as an example instead of excusing it"
+        "docs/appendix/horovod.md as an example instead of excusing it"
     )
     with tarfile.open(archive) as tar:
         cmake = tar.extractfile(f"horovod-{version}/horovod/torch/CMakeLists.txt").read().decode()

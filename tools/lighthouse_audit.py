@@ -31,11 +31,11 @@ PREFIX = REPO / ".audit"
 PAGES = [
     "",
     "lesson/collectives/",
-    "practice/mixed-precision/",
-    "recovery/checkpoint-and-resume/",
+    "deep-dives/mixed-precision/",
+    "operations/checkpoint-and-resume/",
     "lab/simulate-data-parallel-sync/",
     "lab/scaling-explorer/",
-    "quiz/",
+    "reference/quiz/",
     "reference/api/",
 ]
 CATEGORIES = ("performance", "accessibility", "best-practices")

@@ -172,13 +172,12 @@ print("step 2 self-check passed")
 # - The naive root sends (n − 1) × S: it becomes the bottleneck as n grows.
 
 # %% [markdown]
-# ## Step 3: sync-bound against compute-bound
+# ## Step 3: sync-bound against compute-bound, on this machine
 #
-# With n workers and a fixed batch per worker, a step costs the computation on one worker's batch
-# plus the part of the allreduce that does not hide behind it. The computation does not grow with n;
-# the allreduce does, a little: the ring's 2(n − 1) messages of latency α each, and its
-# 2(n − 1)/n × S bytes at β seconds per byte. `distdocs.costmodel` writes that down; `simulate()`
-# evaluates it at many n.
+# A step costs the computation on one worker's batch plus the part of the allreduce that does not
+# hide behind it (the overview's
+# kitchen explains why that sets the speedup). `distdocs.costmodel` writes the two down; `simulate()`
+# evaluates them at many n. Here you fit the model to this machine and set it beside a measurement.
 #
 # First, this machine's α and β: time gloo's `all_reduce` between two processes at four sizes and
 # fit the line time = 2(n − 1)α + 2(n − 1)/n × S × β through the points.
@@ -349,12 +348,12 @@ print(saved.read_text())
 # %% [markdown]
 # ### The same model over three links
 #
-# Every run above is on one machine, over loopback. As root, `distdocs bench prediction --link 1gbit,100mbit` puts the 2
-# ranks on 2 nodes joined by a link of each rate (network namespaces: the collectives lesson's
-# "Over a link you dial" shows how), fits α and β on that link,
-# and predicts each step from them. This notebook runs when the site is built, without root, so it
-# reads the saved run: the speedup of 2 ranks over 1, measured and predicted, link by link and for
-# 1, 4 and 16 micro-batches per step.
+# Every run above is on one machine, over loopback. As root,
+# `distdocs bench prediction --link 1gbit,100mbit` puts the 2 ranks on 2 nodes joined by a link of
+# each rate (network namespaces, which the appendix on the network emulation describes), fits α and β
+# on that link, and predicts each step from them. This notebook runs when the site is built, without
+# root, so it reads the saved run: the speedup of 2 ranks over 1, measured and predicted, link by link
+# and for 1, 4 and 16 micro-batches per step.
 
 # %%
 from distdocs.bench.prediction import speedups

@@ -1,0 +1,169 @@
+"""Mistake: training without checkpoints. A rank that dies takes the job back to step 0, however
+far it had come. Fix: checkpoint every few steps and resume from the newest checkpoint.
+
+    TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 torchrun --standalone --nproc_per_node=2 --max-restarts=1 examples/fault_tolerance/step06_no_checkpoint.py --ckpt-every 0
+
+Rank 1 kills itself (SIGKILL) at step 25 of the first attempt; torchrun restarts both ranks. Rank 0
+prints where the restart resumed and how many steps were lost; `--ckpt-every 10` is the fix.
+"""
+
+import argparse
+import gc
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+import traceback
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+import torch.distributed.nn  # noqa: F401  before init_process_group: imported later, its defaults pin the group
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+# The launch command's --nproc_per_node, and how long a collective waits for a rank that stopped answering
+# before it fails: torch's default is 30 minutes on gloo and 10 on nccl. 60 s makes a stuck rank fail fast
+# while you learn. A real job sets more than its longest pause outside collectives (a checkpoint save,
+# evaluation on rank 0, compile or autotune warm-up), 1800 s or more, on gloo and nccl alike.
+NPROC_PER_NODE = 2
+TIMEOUT_S = 60
+
+STEPS = 40
+WIDTH = 32
+
+
+def log(*args) -> None:
+    if dist.get_rank() == 0:
+        print(*args, flush=True)
+
+
+def fresh(device):
+    torch.manual_seed(0)  # the same initial weights on every rank
+    model = DDP(nn.Sequential(nn.Linear(WIDTH, WIDTH), nn.Tanh(), nn.Linear(WIDTH, WIDTH)).to(device))
+    return model, torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+
+
+def train_step(model, opt, step: int, device) -> None:
+    g = torch.Generator().manual_seed(1000 * step + dist.get_rank())  # data set by step and rank
+    model(torch.randn(8, WIDTH, generator=g).to(device)).square().mean().backward()
+    opt.step()
+    opt.zero_grad()
+
+
+def save_atomically(state: dict, path: str) -> None:
+    """Rank 0 writes a temporary file, flushes it, and renames it over `path`; all ranks wait."""
+    if dist.get_rank() == 0:
+        with tempfile.NamedTemporaryFile(dir=os.path.dirname(path), delete=False) as f:
+            torch.save(state, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(f.name, path)
+    dist.barrier()
+
+
+def usage_error(message: str) -> None:
+    """Every rank stops with exit code 2, before any process group exists; rank 0 says why, in one line.
+    The others wait a moment first: torchrun stops every rank as soon as one exits with an error, and
+    rank 0 must have said why by then."""
+    if os.environ.get("RANK", "0") == "0":
+        print(f"error: {message}", file=sys.stderr, flush=True)
+    else:
+        time.sleep(5)
+    sys.exit(2)
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ckpt-every", type=int, default=10, help="steps between checkpoints; 0: never")
+    parser.add_argument("--kill-at-step", type=int, default=25, help="rank 1 dies here, first attempt only")
+    parser.add_argument("--ckpt-dir", default="checkpoints", help="folder for checkpoint.pt (default: checkpoints)")
+    args = parser.parse_args()
+    if args.ckpt_every < 0 or not 0 < args.kill_at_step < STEPS:
+        usage_error(f"--ckpt-every must be 0 or more and --kill-at-step in 1..{STEPS - 1}")
+    return args
+
+
+def run(args: argparse.Namespace, device: torch.device) -> None:
+    attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    try:
+        model, first = train(args, device, attempt)
+    except BaseException as e:
+        # The lost peer fails rank 0's step. The traceback would keep the DDP model alive past the
+        # group's teardown, and DDP's gloo thread would then abort the exit: free it first.
+        traceback.clear_frames(e.__traceback__)
+        gc.collect()
+        raise
+    check(model, first, args, attempt, device)
+
+
+def train(args: argparse.Namespace, device: torch.device, attempt: int) -> tuple[nn.Module, int]:
+    """The 40 steps, from the newest checkpoint if there is one; the model, and the step it resumed at."""
+    path = os.path.join(args.ckpt_dir, "checkpoint.pt")
+    if attempt == 0 and dist.get_rank() == 0:  # a new launch starts from scratch; a restart resumes
+        shutil.rmtree(args.ckpt_dir, ignore_errors=True)
+        os.makedirs(args.ckpt_dir)
+    dist.barrier()
+
+    # --8<-- [start:resume]
+    model, opt = fresh(device)
+    first = 0
+    if os.path.exists(path):
+        state = torch.load(path, map_location=device, weights_only=True)
+        model.module.load_state_dict(state["model"])
+        opt.load_state_dict(state["opt"])
+        first = state["step"]
+    for step in range(first, STEPS):
+        if attempt == 0 and step == args.kill_at_step and dist.get_rank() == 1:
+            os.kill(os.getpid(), signal.SIGKILL)  # a lost node: no cleanup, no warning
+        train_step(model, opt, step, device)
+        if args.ckpt_every and (step + 1) % args.ckpt_every == 0:
+            save_atomically({"model": model.module.state_dict(), "opt": opt.state_dict(), "step": step + 1}, path)
+    # --8<-- [end:resume]
+    return model, first
+
+
+def check(model: nn.Module, first: int, args: argparse.Namespace, attempt: int, device: torch.device) -> None:
+    """Where the restart resumed, the steps lost, and the final weights against an uninterrupted run."""
+    # --8<-- [start:self_check]
+    lost = args.kill_at_step - first
+    log(f"restart {attempt}: resumed from step {first} ({'no checkpoint' if not first else 'newest checkpoint'})")
+    log(f"steps computed: {args.kill_at_step + STEPS - first} for a {STEPS}-step run; {lost} lost to the failure")
+    reference, ref_opt = fresh(device)  # the same run, uninterrupted
+    for step in range(STEPS):
+        train_step(reference, ref_opt, step, device)
+    for p, q in zip(model.parameters(), reference.parameters()):
+        assert torch.equal(p, q), "the restarted run ended elsewhere than an uninterrupted one"
+    log("the final weights equal an uninterrupted run's, bit for bit")
+    log("self-check passed")
+    # --8<-- [end:self_check]
+
+
+# --8<-- [start:setup]
+def main() -> None:
+    args = parse_args()  # before any process group: a bad flag stops every rank at once, exit code 2
+    if "LOCAL_RANK" not in os.environ:  # started with python, not torchrun: say how, in one line
+        sys.exit(f"error: launch with torchrun: torchrun --standalone --nproc_per_node={NPROC_PER_NODE} {sys.argv[0]}")
+    backend = "nccl" if torch.cuda.is_available() else "gloo"
+    device = torch.device("cpu")
+    if backend == "nccl":
+        device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))  # one GPU per process on a node
+        if device.index >= torch.cuda.device_count():  # more processes than GPUs: nccl cannot share one
+            sys.exit(
+                f"error: local rank {device.index} has no GPU (this node has {torch.cuda.device_count()}); launch one "
+                f"process per GPU, or run on the CPU: CUDA_VISIBLE_DEVICES= torchrun --standalone "
+                f"--nproc_per_node={NPROC_PER_NODE} {sys.argv[0]}"
+            )
+        torch.cuda.set_device(device)
+    dist.init_process_group(backend, timeout=timedelta(seconds=TIMEOUT_S))
+    try:
+        run(args, device)  # the work, in a function: what it builds is freed when it returns
+    finally:
+        dist.destroy_process_group()  # also when run() raises
+
+
+if __name__ == "__main__":
+    main()
+# --8<-- [end:setup]
