@@ -1,16 +1,17 @@
 """`make gpu-check` (tools/gpu_check.py): it covers every GPU tab and every example, skips what one
-GPU cannot run with the reason, exits 0 with one line where there is no CUDA, and the home page says
-whether its report exists."""
+GPU cannot run with the reason, exits 0 with one line where there is no CUDA, the set-up page says
+whether its report exists, and until a GPU run exists every GPU tab says that its output is not shown."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
 import pytest
 import torch
 
-from docexec.fences import REPO, all_examples, all_fences
+from docexec.fences import DOCS, REPO, all_examples, all_fences
 from tools import gpu_check
 
 
@@ -46,3 +47,21 @@ def test_the_set_up_page_says_whether_the_gpu_half_was_checked():
         assert "gpu-check.txt" in page, "a GPU report exists: include it on the set-up page"
     else:
         assert "The `nccl` path has not yet been run on a GPU." in " ".join(page.split())
+
+
+NO_GPU_OUTPUT = "No GPU run has produced this tab's output yet, so none is shown."
+
+
+@pytest.mark.fast
+def test_every_gpu_tab_says_in_one_line_that_its_output_is_not_shown():
+    """No page shows a GPU result that no run produced: until make gpu-check has saved a report, each
+    GPU tab holds its command and this one line, and no output block."""
+    if gpu_check.REPORT.exists():
+        pytest.skip("a GPU report exists: the tabs show its outputs")
+    tabs = []
+    for page in sorted(DOCS.rglob("*.md")):
+        for tab in re.finditer(r'^=== "GPU[^\n]*\n((?:    .*\n|[ \t]*\n)*)', page.read_text(), re.M):
+            tabs.append((f"{page.relative_to(DOCS)}", tab[1]))
+    assert tabs
+    wrong = [where for where, body in tabs if body.count(NO_GPU_OUTPUT) != 1 or 'title="Output"' in body]
+    assert not wrong, f"GPU tabs without the line, or with an output no GPU run produced: {wrong}"
