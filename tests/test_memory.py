@@ -13,6 +13,7 @@ from distdocs.memory import (
     GIB,
     SHARDED,
     activation_bytes,
+    activation_split,
     bytes_per_parameter,
     per_device_model_states,
     tensor_pipeline_split,
@@ -26,7 +27,8 @@ from distdocs.world import spawn_world
         ("fp32", "adam", 16),
         ("autocast", "adam", 16),
         ("bf16-master", "adam", 16),
-        ("bf16-master-fp32-grads", "adam", 20),  # the Ultra-Scale Playbook's figure
+        ("bf16-fp32-grads", "adam", 18),  # Megatron-LM's bf16
+        ("bf16-master-fp32-grads", "adam", 20),  # the Ultra-Scale Playbook's figure, DeepSpeed's count
         ("fp32", "sgd", 12),
         ("bf16-master", "sgd", 12),
     ],
@@ -106,6 +108,32 @@ def test_reproduces_the_zero_paper_figure_1():
     states = bytes_per_parameter("bf16-master", "adam")
     gb = [per_device_model_states(7.5e9, states, s, 64) / 1e9 for s in ["DDP", "ZeRO-1", "ZeRO-2", "ZeRO-3/FSDP"]]
     assert [round(x, 1) for x in gb] == [120.0, 31.4, 16.6, 1.9]
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("devices", [1, 2, 8, 64])
+def test_reproduces_megatron_lms_distributed_optimizer_table(devices):
+    """Megatron-Core's guide to its distributed optimizer (docs.nvidia.com/megatron-core, "Distributed
+    Optimizer") documents the bytes a parameter costs with Adam, whole and with the optimizer sharded
+    over d data-parallel ranks: bf16 parameters with fp32 gradients 18 and 6 + 12/d, fp32 16 and 8 + 8/d."""
+    for layout, whole, kept, sharded in [("bf16-fp32-grads", 18, 6, 12), ("fp32", 16, 8, 8)]:
+        states = bytes_per_parameter(layout, "adam")
+        assert states.total == whole
+        assert per_device_model_states(1, states, "ZeRO-1", devices) == pytest.approx(kept + sharded / devices)
+
+
+@pytest.mark.fast
+def test_tensor_parallelism_leaves_10_of_the_34_sbh_whole_unless_sequence_parallelism_splits_them():
+    """Korthikanti et al. 2022, section 4.2: with tensor parallelism over t a layer keeps
+    s·b·h·(10 + 24/t) bytes (selective recomputation), with sequence parallelism too s·b·h·34/t."""
+    s, b, h, layers = 3, 4, 10, 2
+    split, whole = activation_split(layers, h, s, b)
+    assert (split, whole) == (24 * s * b * h * layers, 10 * s * b * h * layers)
+    states, device = bytes_per_parameter(), 80 * GIB
+    acts = activation_split(80, 8192, 4096, 1)  # the 70B example: 85 GiB in all
+    assert tensor_pipeline_split(70e9, states, device, acts[0], whole=acts[1]) == (8, 2)
+    # without sequence parallelism 25 GiB stay on every device, and the states need a third stage
+    assert tensor_pipeline_split(70e9, states, device, acts[0], whole=acts[1], sequence_parallel=False) == (8, 3)
 
 
 @pytest.mark.fast

@@ -165,7 +165,7 @@ def compression_key() -> str:
 
 # (page, the start of the question) -> what the right option must say, computed from the code or a run.
 COMPUTED = {
-    ("lesson/choosing-a-strategy.md", "Training with Adam in mixed precision"): lambda: str(
+    ("lesson/choosing-a-strategy.md", "In the ZeRO paper's count, training with Adam"): lambda: str(
         bytes_per_parameter("bf16-master").total if bytes_per_parameter("autocast").total == 16 else None
     ),
     ("lesson/collectives.md", "For large tensors the ring"): ring_key,

@@ -120,13 +120,13 @@ def cmd_memory(args: argparse.Namespace) -> int:
         memory.bytes_per_parameter(args.precision, args.optimizer)
     except ValueError as e:
         raise UsageError(str(e)) from None
-    activations, note = 0, ""
+    activations, note = (0, 0), ""
     if all(act_args):
         require(
             args.recompute != "none" or args.heads > 0,
             "--recompute none needs --heads: the attention scores it keeps grow with the number of heads",
         )
-        activations = memory.activation_bytes(*act_args, recompute=args.recompute, heads=args.heads)
+        activations = memory.activation_split(*act_args, recompute=args.recompute, heads=args.heads)
         formula = {"none": "s*b*h*(34+5*a*s/h)", "selective": "34*s*b*h", "full": "2*s*b*h"}[args.recompute]
         note = (
             f"recompute {args.recompute}: {formula} bytes x {args.layers} layers, "
@@ -274,7 +274,7 @@ def build_parser(benchmark: str | None = None) -> argparse.ArgumentParser:
     mem.add_argument(
         "--precision",
         default="bf16-master",
-        help="the precision layout: fp32, autocast, bf16-master (default) or bf16-master-fp32-grads",
+        help="the precision layout: fp32, autocast, bf16-master (default), bf16-fp32-grads or bf16-master-fp32-grads",
     )
     mem.add_argument("--layouts", action="store_true", help="model states per device for every layout and strategy")
     mem.add_argument("--optimizer", default="adam", help="adam (default) or sgd (with momentum)")

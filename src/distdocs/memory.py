@@ -1,13 +1,15 @@
 """How much memory training a model needs, and what sharding or splitting does to it.
 
 Model states per parameter, in bytes (the accounting of the ZeRO paper, Rajbhandari et al. 2020), in
-the four precision layouts that real jobs run (Adam: m and v, or SGD: momentum, always in fp32):
+the precision layouts that real jobs run (Adam: m and v, or SGD: momentum, always in fp32), each named
+after what it holds:
 
 | layout | weights | gradients | fp32 gradients | master weights | Adam | total |
 |---|---|---|---|---|---|---|
 | `fp32` | 4 | 4 | - | - | 8 | 16 |
 | `autocast` | 4 | 4 | - | - | 8 | 16 |
 | `bf16-master` | 2 | 2 | - | 4 | 8 | 16 |
+| `bf16-fp32-grads` | 2 | - | 4 | 4 | 8 | 18 |
 | `bf16-master-fp32-grads` | 2 | 2 | 4 | 4 | 8 | 20 |
 
 - `autocast` is what `torch.autocast` does, and what this site's examples do: fp32 weights and
@@ -16,10 +18,15 @@ the four precision layouts that real jobs run (Adam: m and v, or SGD: momentum, 
   parameters (`FSDPParam.orig_dtype`) and fp32 sharded gradients (the reduce-scatter's output is cast
   back to `orig_dtype`, `torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py`). Its model
   states are fp32's; it saves activation memory and time.
-- `bf16-master` is the layout of Megatron-LM and DeepSpeed: bf16 weights and gradients, and an fp32
-  master copy of the weights that the optimizer updates.
-- `bf16-master-fp32-grads` adds an fp32 buffer in which the gradients accumulate: 20 bytes a
-  parameter, the Ultra-Scale Playbook's figure, and what DeepSpeed's ZeRO estimators count.
+- `bf16-master`: 16-bit weights and gradients and an fp32 master copy of the weights that the
+  optimizer updates, 2 + 2 + 4 + 8. This is the ZeRO paper's count (its 16Ψ), an idealised one: the
+  frameworks keep their gradients in fp32 too.
+- `bf16-fp32-grads`: bf16 weights whose gradients accumulate straight into an fp32 buffer, with an
+  fp32 master copy: 18 bytes, what Megatron-LM's distributed optimizer documents for bf16 (its fp16
+  layout keeps fp16 gradients beside the fp32 ones: 20).
+- `bf16-master-fp32-grads`: 16-bit weights and gradients, an fp32 buffer in which the gradients
+  accumulate, and the master copy: 20 bytes, the Ultra-Scale Playbook's figure, and what DeepSpeed's
+  ZeRO estimators count.
 
 The ZeRO stages shard the states in this order: stage 1 the optimizer's (Adam's state and the master
 weights), stage 2 the gradients too, 16-bit and fp32, stage 3 (and FSDP) the weights too. Under
@@ -46,7 +53,8 @@ byte for byte (examples/recomputation/step01_three_settings.py). Real frameworks
 depending on fused kernels and buffers.
 
 Splitting the layers divides the two kinds of memory differently. Tensor parallelism over t devices
-(with sequence parallelism) divides both the model states and the activations by t. Pipeline
+divides the model states by t, and the activations inside its split matmuls; sequence parallelism
+divides the rest of the activations too (`activation_split`). Pipeline
 parallelism over p stages divides the model states by p but not the activations of the first stage:
 under 1F1B it keeps p micro-batches in flight, each with the activations of its L/p layers, which is
 L layers' worth, as many as without a pipeline (Korthikanti et al. 2022, section 4.2.3).
@@ -64,6 +72,7 @@ LAYOUTS = {
     "fp32": (4, 4, 0, 0),
     "autocast": (4, 4, 0, 0),
     "bf16-master": (2, 2, 0, 4),
+    "bf16-fp32-grads": (2, 0, 4, 4),
     "bf16-master-fp32-grads": (2, 2, 4, 4),
 }
 PRECISIONS = tuple(LAYOUTS)
@@ -171,6 +180,18 @@ def layer_activation_terms(
     return terms
 
 
+def activation_split(
+    layers: int, hidden: int, seq_len: int, micro_batch: int, recompute: str = "selective", heads: int = 0
+) -> tuple[float, float]:
+    """All layers' activations on one device, as (the bytes that tensor parallelism divides, the bytes it
+    leaves whole): the layer norms' inputs, the matmuls' inputs before they are split and the dropouts
+    outside them, 10·s·b·h of the 34 a layer keeps. Sequence parallelism divides the second part too."""
+    split_terms = {name for name, *_, split, _core in LAYER_TERMS if split}
+    terms = layer_activation_terms(seq_len, micro_batch, hidden, heads, recompute)
+    split = sum(b for name, b in terms.items() if name in split_terms)
+    return split * layers, (sum(terms.values()) - split) * layers
+
+
 def activation_bytes(
     layers: int, hidden: int, seq_len: int, micro_batch: int, recompute: str = "selective", heads: int = 0
 ) -> int:
@@ -190,18 +211,24 @@ def per_device_model_states(params: float, states: ModelStates, strategy: str, d
 
 
 def tensor_pipeline_split(
-    params: float, states: ModelStates, device_bytes: float, activations: float = 0, max_tensor_parallel: int = 8
+    params: float,
+    states: ModelStates,
+    device_bytes: float,
+    activations: float = 0,
+    max_tensor_parallel: int = 8,
+    whole: float = 0,
+    sequence_parallel: bool = True,
 ) -> tuple[int, int] | None:
     """The fewest devices t x p that hold the model under t-way tensor and p-way pipeline parallelism,
-    as (t, p): each device keeps states / (t p) and, on the first stage, activations / t. t runs over
-    powers of two up to `max_tensor_parallel`: at most the GPUs of one NVLink domain, since tensor
-    parallelism needs its links (8 on an HGX node; a GB200 NVL72 rack's domain holds 72); of equal
-    totals the smaller t wins.
-    None if even the largest t leaves no room."""
+    as (t, p): each device keeps states / (t p) and, on the first stage, the activations that tensor
+    parallelism divides over t, plus those it leaves `whole` (divided over t too with sequence
+    parallelism). t runs over powers of two up to `max_tensor_parallel`: at most the GPUs of one NVLink
+    domain, since tensor parallelism needs its links (8 on an HGX node; a GB200 NVL72 rack's domain
+    holds 72); of equal totals the smaller t wins. None if even the largest t leaves no room."""
     best = None
     t = 1
     while t <= max_tensor_parallel:
-        room = device_bytes - activations / t
+        room = device_bytes - activations / t - whole / (t if sequence_parallel else 1)
         if room > 0:
             p = max(1, math.ceil(params * states.total / t / room))
             if best is None or t * p < best[0] * best[1]:
@@ -228,15 +255,17 @@ def report(
     optimizer: str = "adam",
     devices: int = 8,
     device_gib: float = 80,
-    activations: float = 0,
+    activations: tuple[float, float] = (0, 0),
     activation_note: str = "",
     cluster: int = 0,
 ) -> str:
-    """The memory report that `distdocs memory` prints."""
+    """The memory report that `distdocs memory` prints; `activations` as `activation_split` gives them."""
     states = bytes_per_parameter(precision, optimizer)
     device = device_gib * GIB
     gib = lambda b: f"{b / GIB:9.1f} GiB"  # noqa: E731
     fits = lambda b: "fits" if b <= device else "does not fit"  # noqa: E731
+    split_acts, whole_acts = activations
+    activations = split_acts + whole_acts
     lines = [
         f"{params / 1e9:.1f} B parameters, {precision}, {optimizer}: {states.total} bytes per parameter of model states"
     ]
@@ -252,15 +281,19 @@ def report(
     for strategy in SHARDED:
         each = per_device_model_states(params, states, strategy, devices) + activations
         lines.append(f"  {strategy:<12} {gib(each)}  {fits(each)}")
-    split = tensor_pipeline_split(params, states, device, activations)
+    split = tensor_pipeline_split(params, states, device, split_acts, whole=whole_acts)
     if split is None:
         lines.append("tensor x pipeline parallel: the activations alone overflow a device even split 8 ways")
     else:
         t, p = split
-        lines.append(
-            f"tensor x pipeline parallel (TP divides activations, PP does not): at least {t * p} "
-            f"devices of {device_gib:g} GiB, TP {t} x PP {p}"
-        )
+        how = ", with sequence parallelism (TP divides activations, PP does not)" if activations else ""
+        lines.append(f"tensor x pipeline parallel{how}: at least {t * p} devices of {device_gib:g} GiB, TP {t} x PP {p}")
+        plain = tensor_pipeline_split(params, states, device, split_acts, whole=whole_acts, sequence_parallel=False)
+        if whole_acts and plain != split:
+            lines.append(
+                "  without it (the norms' and dropouts' activations stay whole): "
+                + (f"TP {plain[0]} x PP {plain[1]}" if plain else "the activations overflow a device")
+            )
         if cluster:
             replicas, spare = divmod(cluster, t * p)
             if not replicas:
