@@ -287,7 +287,8 @@ def report(
     else:
         t, p = split
         how = ", with sequence parallelism (TP divides activations, PP does not)" if activations else ""
-        lines.append(f"tensor x pipeline parallel{how}: at least {t * p} devices of {device_gib:g} GiB, TP {t} x PP {p}")
+        fewest = f"at least {t * p} devices of {device_gib:g} GiB, TP {t} x PP {p}"
+        lines.append(f"tensor x pipeline parallel{how}: {fewest}")
         plain = tensor_pipeline_split(params, states, device, split_acts, whole=whole_acts, sequence_parallel=False)
         if whole_acts and plain != split:
             lines.append(
