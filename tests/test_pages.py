@@ -47,7 +47,7 @@ CHECK_TITLES = ("How this was measured", "How this is checked")
 SELF_TALK = re.compile(r"make bench|the tests\b|a test (checks|runs)|tests/|test suite|earlier version", re.I)
 TEACHING_PAGES = [
     p
-    for d in ("start", "multi-gpu", "lesson", "deep-dives", "operations", "practice", "lab")
+    for d in ("start", "multi-gpu", "lesson", "deep-dives", "operations", "lab")
     for p in sorted((DOCS / d).glob("*.md"))
 ]
 
@@ -83,6 +83,36 @@ def test_checking_notes_share_one_collapsed_pattern_at_the_end_of_their_section(
             if rest and not rest[0].startswith("#"):
                 problems.append(f"{where}: not at the end of its section (next: {rest[0][:40]!r})")
     assert not problems, problems
+
+
+def test_every_how_this_is_checked_note_is_short_and_names_its_test():
+    """At most 5 lines of prose (a saved table it includes aside), and the test file that holds it."""
+    problems = []
+    for page in sorted(DOCS.rglob("*.md")):
+        text = page.read_text()
+        for m in re.finditer(r'^( *)\?\?\? note "How this is checked"\n((?:\1    .*\n|[ \t]*\n)*)', text, re.M):
+            body = re.sub(r"^\s*```.*?^\s*```", "", m[2], flags=re.S | re.M)
+            prose = [line for line in body.splitlines() if line.strip()]
+            where = f"{page.relative_to(DOCS)}:{text[: m.start()].count(chr(10)) + 1}"
+            if len(prose) > 5:
+                problems.append(f"{where}: {len(prose)} lines")
+            named = re.findall(r"`(tests/test_\w+\.py)", m[2])
+            if not named or not all((REPO / n).is_file() for n in named):
+                problems.append(f"{where}: names no test file that exists ({named})")
+    assert not problems, problems
+
+
+# A sentence about the machines this site is tested or measured on: a reader's machine is not one of them.
+OWN_MACHINES = re.compile(r"this site's [\w-]* ?(?:test )?(?:machines?|CPUs?|cores)|test machines?|\b(?:\d|two)[- ]cores? here", re.I)
+
+
+def test_no_visible_sentence_on_a_teaching_page_names_this_sites_machines():
+    found = {
+        str(page.relative_to(DOCS)): [m[0] for m in OWN_MACHINES.finditer(visible_prose(page))]
+        for page in TEACHING_PAGES
+    }
+    assert not {page: hits for page, hits in found.items() if hits}
+    assert OWN_MACHINES.search("Eight ranks on this site's 2-core test machines take about 16 s")
 
 
 def test_teaching_pages_keep_their_own_checking_inside_the_collapsed_note():
