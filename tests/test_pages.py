@@ -103,7 +103,9 @@ def test_every_how_this_is_checked_note_is_short_and_names_its_test():
 
 
 # A sentence about the machines this site is tested or measured on: a reader's machine is not one of them.
-OWN_MACHINES = re.compile(r"this site's [\w-]* ?(?:test )?(?:machines?|CPUs?|cores)|test machines?|\b(?:\d|two)[- ]cores? here", re.I)
+OWN_MACHINES = re.compile(
+    r"this site's [\w-]* ?(?:test )?(?:machines?|CPUs?|cores)|test machines?|\b(?:\d|two)[- ]cores? here", re.I
+)
 
 
 def test_no_visible_sentence_on_a_teaching_page_names_this_sites_machines():
