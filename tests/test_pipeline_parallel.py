@@ -59,6 +59,8 @@ def test_the_saved_run_and_its_figure_support_what_the_page_says():
     data = json.loads(SAVED.read_text())
     assert {"machine", "cores", "torch", "ranks", "date"} <= data["machine"].keys()
     assert (REPO / "docs/assets/pipeline-schedules-cpu.svg").read_text() == figures.pipeline_schedules(data)
+    summary = (REPO / "docs/assets/pipeline-schedules-summary-cpu.svg").read_text()
+    assert summary == figures.pipeline_schedules_summary(data)
     runs = data["schedules"]
     for name, (v, peak0, peak1, sends) in SHAPES.items():
         ranks = runs[name]["ranks"]

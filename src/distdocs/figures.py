@@ -314,6 +314,42 @@ def pipeline_schedules(data: dict) -> str:
     return to_svg(fig)
 
 
+def pipeline_schedules_summary(data: dict) -> str:
+    """What each schedule in `data["schedules"]` cost, side by side: the share of the step each rank
+    was idle against the bubble formula, the micro-batches in flight at each rank's peak, and the
+    activations sent in a step."""
+    plt = pyplot()
+    shown = data["schedules"]
+    names = list(shown)
+    rows = range(len(names))
+    fig, (idle, peak, sends) = plt.subplots(1, 3, figsize=(7.2, 0.6 + 0.42 * len(names)), sharey=True)
+    height = 0.38
+    for rank, colour in enumerate(("#4c72b0", "#dd8452")):
+        offset = (rank - 0.5) * height
+        idle.barh([r + offset for r in rows], [100 * shown[n]["ranks"][rank]["idle"] for n in names], height,
+                  color=colour, label=f"rank {rank}")  # fmt: skip
+        peak.barh([r + offset for r in rows], [s["ranks"][rank]["peak"] / s["stages"] for s in shown.values()],
+                  height, color=colour)  # fmt: skip
+    idle.scatter([100 * shown[n]["formula"] for n in names], rows, marker="|", s=220, color="black", zorder=3,
+                 label="bubble formula")  # fmt: skip
+    sends.barh(rows, [sum(r["sends"] for r in shown[n]["ranks"]) for n in names], 0.6, color="#55a868")
+    idle.set_yticks(rows, names, fontsize=7)
+    idle.invert_yaxis()
+    for ax, title in ((idle, "idle, % of the step"), (peak, "micro-batches in flight, peak"),
+                      (sends, "activations sent a step")):  # fmt: skip
+        ax.set_title(title, fontsize=8)
+        ax.tick_params(axis="x", labelsize=7)
+    m, c = data["machine"], data["config"]
+    fig.suptitle(
+        f"{c['microbatches']} micro-batches, {c['layers']} layers of width {c['width']}; {m['ranks']} ranks, "
+        f"{m['machine']}, {m['cores']} cores, torch {m['torch']}, {m['date']}",
+        fontsize=8,
+    )
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    fig.legend(*idle.get_legend_handles_labels(), loc="lower center", ncol=3, fontsize=7, frameon=False)
+    return to_svg(fig)
+
+
 # name: (draw from the input file's text, what the input is)
 FIGURES = {
     "loss-curves": (lambda text: loss_curves(json.loads(text)), "DATA.json"),
@@ -321,6 +357,7 @@ FIGURES = {
     "profile-trace": (lambda text: profile_trace(json.loads(text)), "TRACE.json"),
     "sim-commands": (sim_commands, "PAGE.md"),
     "pipeline-schedules": (lambda text: pipeline_schedules(json.loads(text)), "DATA.json"),
+    "pipeline-schedules-summary": (lambda text: pipeline_schedules_summary(json.loads(text)), "DATA.json"),
 }
 
 
