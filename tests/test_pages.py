@@ -28,7 +28,8 @@ def test_the_first_lesson_page_stays_lean():
 
 
 PLURALS = {"ranks": "rank", "buckets": "bucket", "shards": "shard", "collectives": "collective",
-           "placements": "placement", "micro-batches": "micro-batch"}  # fmt: skip
+           "placements": "placement", "micro-batches": "micro-batch", "nodes": "node", "MLPs": "MLP",
+           "FSDP2": "FSDP"}  # fmt: skip
 
 
 def test_every_glossary_term_has_a_hover_definition_and_the_hovers_name_only_glossary_terms():

@@ -149,3 +149,38 @@ def test_next_at_the_foot_of_a_routes_page_is_the_routes_next_page(site_dir):
         assert link, f"{page}: no Next"
         target = urllib.parse.urljoin("/" + site_page(page), link)
         assert target == "/" + site_page(after), f"{page}: Next goes to {target}, the route to {after}"
+
+
+# An abbreviation: capitals (and digits), perhaps a plural s; ZeRO is one too. Not one that ends a hyphenated
+# name (Megatron-LM). Those every reader of a PyTorch script knows need no hover text; the names of
+# products and papers are names, not abbreviations.
+ABBREVIATION = re.compile(r"(?<![-\w])(?:ZeRO|[A-Z][A-Z0-9]+)s?\b")
+KNOWN = {"GPU", "GPUs", "CPU", "CPUs", "GB", "MB", "KB", "TB", "TCP", "IP", "API", "APIs", "CUDA", "CI"}
+NAMES = {"NVIDIA", "H100", "PCI", "SIG", "SXM", "NDR", "HGX", "GB200", "NVL72", "ZBV", "SDEs", "SIGTERM", "SIGKILL", "USR1"}
+
+
+def route_prose(page: str) -> str:
+    """What a reader reads of a page: its words outside code, comments, quizzes and link targets."""
+    path = DOCS / page
+    text = path.read_text()
+    if path.suffix == ".py":
+        cells = re.split(r"^# %%(.*)$", text, flags=re.M)
+        text = "\n".join(b for k, b in zip(cells[1::2], cells[2::2]) if "[markdown]" in k)
+    else:
+        for fence in parse_fences(path):
+            text = text.replace(fence.body, "")
+    return re.sub(r"<!--.*?-->|<quiz>.*?</quiz>|`[^`\n]*`|\]\([^)]*\)|<[^>]+>", " ", text, flags=re.S)
+
+
+@pytest.mark.fast
+def test_every_abbreviation_on_a_route_has_hover_text():
+    """The glossary's hover texts (includes/abbreviations.md) show on every page, so a reader of any
+    route meets no abbreviation undefined."""
+    hovers = set(re.findall(r"^\*\[([^\]]+)\]: ", (REPO / "includes/abbreviations.md").read_text(), re.M))
+    missing = {}
+    for route in ROUTES:
+        for page in route.pages:
+            for abbreviation in ABBREVIATION.findall(route_prose(page)):
+                if abbreviation not in hovers | KNOWN | NAMES:
+                    missing.setdefault(abbreviation, page)
+    assert not missing, f"abbreviations on a route without hover text (first seen on): {missing}"

@@ -1,6 +1,7 @@
 """examples/multi_node/slurm_job.sh under a real slurmctld: the launch page's job script, submitted
 with sbatch to a cluster of three nodes in network namespaces (distdocs.slurm), runs the
-fault-tolerant example across two of them and ends on the one-machine hash. Then, at a random moment
+fault-tolerant example across two of them and ends on the one-machine hash, and runs the converted
+script of the convert page as the launch page shows. Then, at a random moment
 each: a node is lost and SLURM requeues the job onto the nodes left; the job is preempted with USR1
 to its batch shell, checkpoints on SIGTERM, requeues and resumes; and USR1 sent to the steps instead
 kills torchrun, and the job fails. Nothing the cluster started is left running.
@@ -44,6 +45,9 @@ def run_every_event(folder: Path, seed: int) -> dict:
         records["config"] = {"commands": [bench.CONFIG], "output": config}
         for event in EVENTS:
             records[event] = bench.run_job(cluster, folder / event, event, rng, slow=event != "none")
+        records["converted"] = bench.run_job(
+            cluster, folder / "converted", "none", rng, submit=bench.CONVERTED_SUBMIT, example=bench.CONVERTED
+        )
     finally:
         cluster.stop()
     time.sleep(0.5)
@@ -115,6 +119,17 @@ def test_usr1_sent_to_the_steps_kills_torchrun_and_the_job_fails_unrequeued(slur
     assert "SIGTERM: saved a checkpoint" not in run["output"], why
 
 
+def test_the_template_runs_the_converted_script_as_the_launch_page_shows(slurm_runs, command_runs):
+    """The converted script keeps no checkpoints: with CKPT_DIR= it gets no --ckpt-dir, takes its own
+    flag from TRAIN_ARGS, and prints on two nodes what it prints as two processes on one machine."""
+    run = slurm_runs["converted"]
+    assert run["state"] == "COMPLETED" and run["restarts"] == 0, describe(run, slurm_runs["seed"])
+    one = command_runs.run_ok("torchrun --standalone --nproc_per_node=2 examples/convert/step02_ddp.py").stdout
+    epochs = [line for line in one.splitlines() if line.startswith("epoch ")]
+    assert epochs and all(line in run["output"] for line in epochs), describe(run, slurm_runs["seed"])
+    assert "self-check passed" in run["output"], describe(run, slurm_runs["seed"])
+
+
 def test_nothing_the_cluster_started_is_left(slurm_runs):
     assert slurm_runs["left"] == {"processes": [], "namespaces": []}
 
@@ -126,15 +141,16 @@ def test_a_cluster_that_cannot_start_says_why_in_one_line(tmp_path, monkeypatch)
 
 
 PAGE = "docs/operations/multi-node.md"
+LAUNCH_PAGE = "docs/multi-gpu/launch-on-several-nodes.md"
 
 
-def test_the_page_shows_the_commands_that_ran_and_lines_of_their_logs(slurm_runs):
-    """Every slurm command on the page is one that a job above ran, exactly; every excerpt after one
-    is in the log of the job that the command ended (numbers and digests aside)."""
-    fences = [f for f in classify(REPO / PAGE) if f.kind in ("slurm command", "slurm excerpt")]
-    runs = {slurm_runs[e]["commands"][-1]: slurm_runs[e] for e in (*EVENTS, "config")}
+def test_the_pages_show_the_commands_that_ran_and_lines_of_their_logs(slurm_runs):
+    """Every slurm command on the two pages is one that a job above ran, exactly; every excerpt after
+    one is in the log of the job that the command ended (numbers and digests aside)."""
+    fences = [f for page in (PAGE, LAUNCH_PAGE) for f in classify(REPO / page) if f.kind.startswith("slurm ")]
+    runs = {slurm_runs[e]["commands"][-1]: slurm_runs[e] for e in (*EVENTS, "config", "converted")}
     shown = [f.command for f in fences if f.kind == "slurm command"]
-    assert sorted(shown) == sorted(runs), f"{PAGE}: its slurm commands are not the ones the tests ran"
+    assert sorted(shown) == sorted(runs), "the pages' slurm commands are not the ones the tests ran"
     for fence in (f for f in fences if f.kind == "slurm excerpt"):
         run = runs[fence.attrs["after"]]
         problem = excerpt_missing(DIGEST.sub("<sha256>", fence.body), DIGEST.sub("<sha256>", run["output"]))

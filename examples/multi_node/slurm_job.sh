@@ -16,14 +16,17 @@
 
 set -euo pipefail
 
-# Your script and its arguments. A requeued job starts here again, on whatever nodes it gets, so the
-# checkpoints must be on a file system that all of them share. The folder is the job's name: a job
-# submitted again under the same name continues from its checkpoints, so give each run its own.
+# Your script and its arguments. A requeued job starts here again, on whatever nodes it gets. A script
+# that checkpoints takes --ckpt-dir CKPT_DIR, resumes from the newest checkpoint there and saves one on
+# SIGTERM; the folder must be on a file system that all nodes share. The default is the job's name: a
+# job submitted again under the same name continues from its checkpoints, so give each run its own.
+# For a script that does not checkpoint, set CKPT_DIR= (empty): it gets no --ckpt-dir, and a requeue
+# starts it over.
 TRAIN_SCRIPT=${TRAIN_SCRIPT:-examples/fault_tolerance/step01_resume_after_kill.py}
-CKPT_DIR=${CKPT_DIR:-/shared/checkpoints/$SLURM_JOB_NAME}
+CKPT_DIR=${CKPT_DIR-/shared/checkpoints/$SLURM_JOB_NAME}
+TRAIN_ARGS=${TRAIN_ARGS:-}  # the script's other arguments, e.g. --ckpt-every=100 or --out=model.pt
 NPROC_PER_NODE=${NPROC_PER_NODE:-gpu}  # one process per visible GPU; a number on CPU-only nodes
 RDZV_PORT=${RDZV_PORT:-29500}  # another job on the same first node needs another port
-TRAIN_ARGS=${TRAIN_ARGS:-}  # more arguments for the script, e.g. "--ckpt-every 100"
 
 # The first node of the allocation hosts the rendezvous; every node dials it. Its first address that
 # is not loopback (`hostname --ip-address` resolves the name, and a Debian-style /etc/hosts gives
@@ -53,7 +56,7 @@ srun --kill-on-bad-exit=1 torchrun \
     --rdzv_endpoint="$head_addr:$RDZV_PORT" \
     --rdzv_id="$SLURM_JOB_ID" \
     --max-restarts=3 \
-    "$TRAIN_SCRIPT" --ckpt-dir "$CKPT_DIR" $TRAIN_ARGS &
+    "$TRAIN_SCRIPT" ${CKPT_DIR:+--ckpt-dir "$CKPT_DIR"} $TRAIN_ARGS &
 # bash runs a trap only between commands: in the foreground, srun would hold USR1 back until the
 # training ended. `wait` returns as soon as a signal arrives, and otherwise with srun's exit code,
 # which `set -e` makes the job's: a bare `wait` would return 0, and a failed job would read COMPLETED.

@@ -36,6 +36,12 @@ EVENTS = ("none", "node-loss", "preempt", "usr1-to-steps")
 # has no GPU for the #SBATCH line that asks for them, and runs one process.
 SUBMIT = "SBATCH_GPUS_PER_NODE=0 NPROC_PER_NODE=1 CKPT_DIR=checkpoints sbatch examples/multi_node/slurm_job.sh"
 SLOW = "TRAIN_ARGS=--step-seconds=0.3 "  # each step sleeps 0.3 s, so that an event lands mid-run
+# The launch page's own script under the template: the converted script, which keeps no checkpoints.
+CONVERTED = "examples/convert/step02_ddp.py"
+CONVERTED_SUBMIT = (
+    f"TRAIN_SCRIPT={CONVERTED} CKPT_DIR= TRAIN_ARGS=--out=model.pt SBATCH_GPUS_PER_NODE=0 NPROC_PER_NODE=1 "
+    "sbatch examples/multi_node/slurm_job.sh"
+)
 # The settings that bound recovery, as the page asks the cluster for them.
 CONFIG = "scontrol show config | grep -E 'KillWait|SlurmdTimeout|PreemptMode|SchedulerParameters'"
 # SLURM's defaults for the three timers that distdocs.slurm shortens, in seconds (slurm.conf(5), 22.05).
@@ -105,17 +111,25 @@ def main(args: argparse.Namespace, progress=None) -> list[dict]:
 
 
 def run_job(
-    cluster: Cluster, workdir: Path, event: str, rng: random.Random, slow: bool = True, timeout_s: float = 300
+    cluster: Cluster,
+    workdir: Path,
+    event: str,
+    rng: random.Random,
+    slow: bool = True,
+    timeout_s: float = 300,
+    submit: str = "",
+    example: str = EXAMPLE,
 ) -> dict:
-    """Submit the job script with SUBMIT (with `slow`, SLOW first) from `workdir`, laid out as the
-    repository, let the event happen between 1 and 5 s into training, and wait for the job to end.
-    Returns its state, output, and each moment in s after the event."""
+    """Submit the job script with SUBMIT (with `slow`, SLOW first), or `submit`, from `workdir`, laid
+    out as the repository with the job script and `example`, let the event happen between 1 and 5 s
+    into training, and wait for the job to end. Returns its state, output, and each moment in s after
+    the event."""
     if event not in EVENTS:
         raise ValueError(f"event {event!r}: expected one of {', '.join(EVENTS)}")
-    for path in (SCRIPT, EXAMPLE):  # what the commands name, where they name it
+    for path in (SCRIPT, example):  # what the commands name, where they name it
         (workdir / path).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(REPO / path, workdir / path)
-    submit = SLOW + SUBMIT if slow else SUBMIT
+    submit = submit or (SLOW + SUBMIT if slow else SUBMIT)
     job = int(re.search(r"Submitted batch job (\d+)", shell(cluster, submit, workdir)).group(1))
     output = workdir / f"distdocs-train-{job}.out"
     arrived: list[tuple[float, str]] = []  # (wall clock, line) of the job's output, as it arrives
