@@ -168,3 +168,16 @@ def test_the_saved_small_model_run_shows_two_ranks_slower_than_one():
     # samples a rank make it mostly matmuls (typically 1.3-1.5x on 2 cores).
     assert small["mistake"] < 0.9 and small["fix"] > 1.5 * small["mistake"]
     assert saved.startswith("# ") and "cores, torch" in saved.splitlines()[0]  # the machine is recorded
+
+
+@pytest.mark.processes
+def test_detail_names_a_stuck_rank_only_at_the_groups_timeout(command_runs):
+    """The page and the quiz: TORCH_DISTRIBUTED_DEBUG=DETAIL runs a monitored barrier before every
+    collective, so a rank stuck outside torch.distributed is named, but not before the timeout (5 s
+    here)."""
+    result = command_runs.run(
+        f"TORCH_DISTRIBUTED_DEBUG=DETAIL torchrun --standalone --nproc_per_node=2 {FAULTY}/stuck_rank_under_detail.py"
+    )
+    assert result.returncode != 0 and not result.timed_out and not result.leftovers, result.describe()
+    assert "Rank 1 failed to pass monitoredBarrier in 5000 ms" in result.stderr, result.describe()
+    assert 5 <= result.elapsed_s < 45, result.describe()

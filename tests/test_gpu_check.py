@@ -11,7 +11,7 @@ import sys
 import pytest
 import torch
 
-from docexec.fences import DOCS, REPO, all_examples, all_fences
+from docexec.fences import DOCS, REPO, all_examples, all_fences, classify
 from tools import gpu_check
 
 
@@ -65,3 +65,43 @@ def test_every_gpu_tab_says_in_one_line_that_its_output_is_not_shown():
     assert tabs
     wrong = [where for where, body in tabs if body.count(NO_GPU_OUTPUT) != 1 or 'title="Output"' in body]
     assert not wrong, f"GPU tabs without the line, or with an output no GPU run produced: {wrong}"
+
+
+def launchers_on_one_host(command: str) -> list[tuple[list[str], int]]:
+    """For a command fence that starts several torchrun launchers on one machine: each launcher's
+    visible GPUs (CUDA_VISIBLE_DEVICES) and its number of processes."""
+    found = []
+    for line in command.splitlines():
+        if "torchrun " not in line:
+            continue
+        visible = re.search(r"(?:^|\s)CUDA_VISIBLE_DEVICES=(\S*)", line)
+        nproc = int(re.search(r"--nproc_per_node=(\d+)", line)[1])
+        found.append(((visible[1].split(",") if visible and visible[1] else []), nproc))
+    return found
+
+
+@pytest.mark.fast
+def test_launchers_that_share_a_host_never_share_a_gpu():
+    """On a GPU host every launcher numbers its processes from local rank 0, and the examples give
+    local rank r the r-th visible GPU: two launchers that saw the same GPUs would put two ranks on one
+    device, which nccl refuses ("Duplicate GPU detected"). Faked host: GPU g is the g-th of the
+    machine's; a replacement launcher (the same command, or the same replica group) takes over its
+    lost predecessor's GPUs. Every rank must have a GPU, and no two live ranks one."""
+    fences = [
+        f
+        for page in sorted(DOCS.rglob("*.md"))
+        for f in classify(page)
+        if f.kind == "command" and re.search(r"torchrun .* &$", f.command, re.M)
+    ]
+    assert len(fences) >= 6, [f.where for f in fences]
+    for fence in fences:
+        owner: dict[str, str] = {}  # physical GPU -> the launcher that holds it
+        for line, (visible, nproc) in zip(
+            [ln for ln in fence.command.splitlines() if "torchrun " in ln], launchers_on_one_host(fence.command)
+        ):
+            assert len(visible) >= nproc, f"{fence.where}: a launcher of {nproc} processes sees GPUs {visible}"
+            who = re.sub(r"--kill-\S+( \d+)?", "", re.sub(r"CUDA_VISIBLE_DEVICES=\S* ", "", line)).strip(" &")
+            group = re.search(r"REPLICA_GROUP_ID=(\d+)", line)
+            who = f"replica group {group[1]}" if group else who
+            for gpu in visible[:nproc]:
+                assert owner.setdefault(gpu, who) == who, f"{fence.where}: GPU {gpu} given to two launchers"

@@ -123,3 +123,21 @@ def test_the_pages_command_counts_the_bytes_and_is_predicted(command_runs):
     assert float(fp16[6]) >= 1.2, result.describe()
     assert RATIO_BOUNDS[0] <= float(none[8]) <= RATIO_BOUNDS[1], result.describe()
     assert float(fp16[8]) <= RATIO_BOUNDS[1], result.describe()
+
+
+@pytest.mark.fast
+def test_the_page_names_every_compressing_hook_that_torch_ships():
+    """Every communication hook in torch's ddp_comm_hooks that does more than average (allreduce_hook)
+    or nothing (noop_hook) is named on the page, and every hook the page names is torch's."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook, quantization_hooks
+
+    shipped = {
+        name
+        for module in (default_hooks, powerSGD_hook, quantization_hooks)
+        for name in dir(module)
+        if name.endswith(("_hook", "_wrapper")) and not name.startswith("_")
+    } - {"allreduce_hook", "noop_hook"}
+    text = PAGE.read_text()
+    named = set(re.findall(r"`(\w+_(?:hook|wrapper))`", text[: text.index("## Run it")]))
+    assert shipped <= named, f"hooks torch ships that the page does not name: {shipped - named}"
+    assert named <= shipped | {"allreduce_hook"}, f"hooks the page names that torch does not ship: {named - shipped}"

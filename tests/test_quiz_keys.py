@@ -258,7 +258,7 @@ JUDGEMENT = [
     ("deep-dives/profile-first.md", "Why does the profiler's schedule"),
     ("deep-dives/sync-and-async.md", "Asynchronous training with a large staleness"),
     ("reference/quiz.md", "The most common reason"),
-    ("reference/quiz.md", "Small models that fit on one GPU"),
+    ("reference/quiz.md", "Among models that fit on one GPU"),
     ("reference/quiz.md", "A training job writes its checkpoint"),
     ("reference/quiz.md", "All ranks of a job stop"),
     ("reference/quiz.md", "Mixed precision with bfloat16 autocast"),
