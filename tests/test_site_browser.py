@@ -190,6 +190,6 @@ def test_the_final_quiz_asks_the_seed_questions_with_their_answers():
     page = (REPO / "docs/reference/quiz.md").read_text()
     assert "The most common reason parallel training speedup plateaus is" in page
     assert "- [x] gradient synchronization" in page
-    assert "Small models that fit on one GPU usually benefit the most from data parallelism." in page
+    assert "Among models that fit on one GPU, the small ones usually benefit the most from data parallelism." in page
     assert "- [x] False" in page and "- [ ] True" in page
     assert page.count("<quiz>") >= 8 and "all of the above" not in page.lower()
