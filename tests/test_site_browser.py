@@ -170,12 +170,12 @@ def test_quiz_grades_a_right_and_a_wrong_answer_in_chromium(browser, served_site
     page.goto(served_site + "reference/quiz/", wait_until="networkidle")
     right, wrong = page.locator("#quiz-0"), page.locator("#quiz-1")
     expect(right.locator(".quiz-question")).to_contain_text("speedup plateaus")
-    expect(wrong.locator(".quiz-question")).to_contain_text("Small models that fit on one GPU")
+    expect(wrong.locator(".quiz-question")).to_contain_text("Among models that fit on one GPU")
 
     right.locator("label[for=quiz-0-1]").click()  # gradient synchronization: right
     expect(right.locator("div:has(> #quiz-0-1)")).to_have_class(re.compile(r"\bcorrect\b"))
     expect(right.locator(".quiz-feedback")).to_be_visible()
-    expect(right.locator(".quiz-feedback")).to_contain_text("Right. Every step ends with an all_reduce")
+    expect(right.locator(".quiz-feedback")).to_contain_text("Right. With the global batch fixed")
 
     wrong.locator("label[for=quiz-1-0]").click()  # "True": wrong
     expect(wrong.locator("div:has(> #quiz-1-0)")).to_have_class(re.compile(r"\bwrong\b"))

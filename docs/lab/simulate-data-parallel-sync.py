@@ -346,29 +346,9 @@ print(saved.read_text())
 # the sync term. Those two terms, not α or β, are what a better CPU model would add.
 
 # %% [markdown]
-# ### The same model over three links
-#
-# Every run above is on one machine, over loopback. As root,
-# `distdocs bench prediction --link 1gbit,100mbit` puts the 2 ranks on 2 nodes joined by a link of
-# each rate (network namespaces, which the appendix on the network emulation describes), fits α and β
-# on that link, and predicts each step from them. This notebook runs when the site is built, without
-# root, so it reads the saved run: the speedup of 2 ranks over 1, measured and predicted, link by link
-# and for 1, 4 and 16 micro-batches per step.
-
-# %%
-from distdocs.bench.prediction import speedups
-
-over_links = json.loads((saved.parent / "prediction-links-cpu.json").read_text())
-for r in speedups(over_links["records"]):
-    print(
-        f"{r['link']:>8}, k = {r['accumulation']:>2} micro-batches per step: "
-        f"measured {r['measured']:.2f}x, predicted {r['predicted']:.2f}x"
-    )
-
-# %% [markdown]
-# The slower the link, the lower the speedup at one micro-batch per step, down to below 1 over
-# 100 Mbit/s for this model, and the more accumulation wins back: the same one sync serves k times
-# the samples.
+# Over a network the same comparison holds, link by link: the gradient accumulation page measures
+# this compute-heavy model over a 1 Gbit/s and a 100 Mbit/s link, where two nodes at one micro-batch
+# per step are slower than one, and accumulation wins it back.
 
 # %% [markdown]
 # **Exercise.** With the same network, how many samples per rank would the sync-heavy model need

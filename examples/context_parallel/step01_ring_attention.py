@@ -40,8 +40,10 @@ def parse_args() -> argparse.Namespace:
     args = argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
     world = int(os.environ.get("WORLD_SIZE", NPROC_PER_NODE))
     if SEQ_LEN % world:
-        if os.environ.get("RANK", "0") == "0":
-            print(f"error: a sequence of {SEQ_LEN} tokens cannot be split evenly over {world} ranks", file=sys.stderr)
+        # Rank 0 says why and fails; the others leave quietly, so that none can end the run first.
+        if os.environ.get("RANK", "0") != "0":
+            sys.exit(0)
+        print(f"error: a sequence of {SEQ_LEN} tokens cannot be split evenly over {world} ranks", file=sys.stderr)
         sys.exit(2)
     return args
 
