@@ -57,6 +57,7 @@ def _random_cases(count: int) -> list:
             "overlap": rng.random() < 0.5,
         }
         net = {"alpha": 10 ** rng.uniform(-7, -3), "beta": 1 / 10 ** rng.uniform(8, 12)}
+        net["concurrent"] = rng.choice([1, 2])  # NCCL's one allreduce at a time, or gloo's two
         sizes = [1, 2, 3, 5, 8, 64, 1000]
         if rng.random() < 0.5:  # workers on nodes: a faster link inside, whole nodes only
             net["ranksPerNode"] = rng.choice([1, 2, 4, 8])
@@ -85,7 +86,8 @@ def test_scaling_explorer_is_the_python_cost_model_and_redraws_when_a_control_mo
             work["overlap"],
         )
         inside = Network(net["inside"]["alpha"], net["inside"]["beta"]) if "inside" in net else None
-        return simulate(w, sizes, Network(net["alpha"], net["beta"]), algorithm, net.get("ranksPerNode", 1), inside)
+        between = Network(net["alpha"], net["beta"], concurrent=net.get("concurrent", 1))
+        return simulate(w, sizes, between, algorithm, net.get("ranksPerNode", 1), inside)
 
     cases = _random_cases(300)
     errors = []
@@ -135,23 +137,25 @@ def test_scaling_explorer_is_the_python_cost_model_and_redraws_when_a_control_mo
     page.select_option("#explorer-algorithm", "ring")
     page.select_option("#explorer-ranks-per-node", "1")
 
-    # A measured run sets the controls to its workload and link; the diamond is what 2 ranks measured,
-    # for the accumulation counts measured, and goes when the controls no longer describe the run.
+    # A measured run sets the controls to its workload and link; its diamonds are what it measured, for
+    # the accumulation counts measured, and go when the controls no longer describe the run. The scale
+    # model's run: 1 to 8 workers, overlapped, gloo's two allreduces at once.
     from hooks.explorer_presets import measured_runs
 
-    run = measured_runs()["100mbit"]
+    run = measured_runs()["scale-100mbit"]
     measured = lambda: page.locator("#explorer-app").get_attribute("data-measured")  # noqa: E731
-    page.select_option("#explorer-run", "100mbit")
+    page.select_option("#explorer-run", "scale-100mbit")
     work = {**defaults, "params": run["params"], "computePerSample": run["computePerSample"],
-            "microBatch": run["microBatch"], "overlap": False}  # fmt: skip
-    link = {"alpha": run["alpha"], "beta": run["beta"]}
+            "microBatch": run["microBatch"], "overlap": True}  # fmt: skip
+    link = {"alpha": run["alpha"], "beta": run["beta"], "concurrent": 2}
     assert speedups() == pytest.approx([r.speedup for r in python(work, link, "ring", sizes)], rel=1e-9)
-    assert json.loads(measured()) == [2, pytest.approx(run["speedups"]["1"], rel=1e-12)]
-    assert "measured at 2 workers" in page.locator("#explorer-chart").get_attribute("aria-label")
+    assert json.loads(measured()) == [[n, pytest.approx(s, rel=1e-12)] for n, s in run["points"]["1"]]
+    assert [n for n, _ in run["points"]["1"]] == [2, 4, 8]
+    assert "diamonds mark what was measured" in page.locator("#explorer-chart").get_attribute("aria-label")
     page.fill("#explorer-accumulation", "16")
-    assert json.loads(measured()) == [2, pytest.approx(run["speedups"]["16"], rel=1e-12)]
-    page.fill("#explorer-accumulation", "2")  # not measured: no diamond, the run stays chosen
-    assert measured() is None and page.input_value("#explorer-run") == "100mbit"
+    assert json.loads(measured()) == [[n, pytest.approx(s, rel=1e-12)] for n, s in run["points"]["16"]]
+    page.fill("#explorer-accumulation", "3")  # not measured: no diamond, the run stays chosen
+    assert measured() is None and page.input_value("#explorer-run") == "scale-100mbit"
     page.fill("#explorer-bandwidth", "1")  # another network: the run no longer applies
     page.fill("#explorer-accumulation", "16")
     assert measured() is None and page.input_value("#explorer-run") == ""

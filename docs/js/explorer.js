@@ -6,6 +6,7 @@
 
   const GRADIENT_BYTES = { fp32: 4, bf16: 2 };
   const BACKWARD_SHARE = 2 / 3;
+  const FIRST_BUCKET_BYTES = 2 ** 20; // DDP's first bucket, with bucket_cap_mb at its default
 
   function allreduceTerms(n, algorithm) {
     if (algorithm === "ring" || algorithm === "two-level") return [2 * (n - 1), (2 * (n - 1)) / n];
@@ -47,20 +48,45 @@
     return allreduceSeconds(nbytes, n, net, algorithm);
   }
 
-  // work: {params, computePerSample, microBatch, accumulation, gradientDtype, bucketBytes, overlap}
+  // DDP's buckets, in the order backward fills them: the first up to 1 MiB, the others up to bucketBytes
+  // (distdocs.costmodel.ddp_buckets, for a gradient of many small parameters).
+  function ddpBuckets(gradientBytes, bucketBytes, firstBucketBytes) {
+    const buckets = [];
+    let left = gradientBytes;
+    let limit = firstBucketBytes;
+    while (left > 0) {
+      buckets.push(Math.min(limit, left));
+      left -= buckets[buckets.length - 1];
+      limit = bucketBytes;
+    }
+    return buckets.length ? buckets : [0];
+  }
+
+  // work: {params, computePerSample, microBatch, accumulation, gradientDtype, bucketBytes, overlap};
+  // net.concurrent: the allreduces the backend runs at once (1 for NCCL, 2 for gloo; default 1).
   function stepTime(work, n, net, algorithm) {
     const compute = work.computePerSample * work.microBatch * work.accumulation;
     const gradientBytes = work.params * GRADIENT_BYTES[work.gradientDtype];
-    const buckets = Math.max(1, Math.ceil(gradientBytes / work.bucketBytes));
-    const perBucket = allreduceOnNodesSeconds(gradientBytes / buckets, n, net, algorithm);
-    const sync = buckets * perBucket;
-    let exposed = sync;
-    if (work.overlap) {
-      const window = BACKWARD_SHARE * work.computePerSample * work.microBatch;
-      let done = 0;
-      for (let i = 1; i <= buckets; i++) done = Math.max(done, (window * i) / buckets) + perBucket;
-      exposed = Math.max(0, done - window);
-    }
+    const sizes = ddpBuckets(gradientBytes, work.bucketBytes, work.firstBucketBytes || FIRST_BUCKET_BYTES);
+    const seconds = (b) => allreduceOnNodesSeconds(b, n, net, algorithm);
+    const times = sizes.map(seconds);
+    const sync = times.reduce((a, b) => a + b, 0);
+    // Each bucket is ready when backward has produced the bytes up to its end (without overlap, when
+    // backward ends); its allreduce starts when a lane is free, and its bytes follow the previous one's.
+    const lanes = net.concurrent || 1;
+    const window = BACKWARD_SHARE * work.computePerSample * work.microBatch;
+    const latency = 2 * seconds(1) - seconds(2);
+    const total = sizes.reduce((a, b) => a + b, 0);
+    const ends = [];
+    let filled = 0;
+    sizes.forEach((b, i) => {
+      filled += b;
+      const ready = total && work.overlap ? window * (filled / total) : window;
+      const start = ends.length >= lanes ? Math.max(ready, ends[ends.length - lanes]) : ready;
+      const previous = ends.length ? ends[ends.length - 1] : 0;
+      ends.push(Math.max(start + times[i], previous + times[i] - latency));
+    });
+    const exposed = ends.length ? Math.max(0, ends[ends.length - 1] - window) : 0;
     const samples = n * work.microBatch * work.accumulation;
     return { n, compute, sync, exposed, step: compute + exposed, samplesPerS: samples / (compute + exposed) };
   }
@@ -106,8 +132,8 @@
     const presetSelect = field("network");
     addOptions(presetSelect, presets);
 
-    // Measured runs (hooks/explorer_presets.py): controls that reproduce a saved run, and the speedup
-    // it measured at 2 workers for each accumulation count.
+    // Measured runs (hooks/explorer_presets.py): controls that reproduce a saved run, and the speedups
+    // it measured, [workers, speedup] pairs for each accumulation count.
     const runsData = document.getElementById("explorer-runs");
     const runs = runsData ? JSON.parse(runsData.textContent) : {};
     const runSelect = field("run");
@@ -122,7 +148,7 @@
       field("batch").value = String(active.microBatch);
       field("accumulation").value = "1";
       field("dtype").value = "fp32";
-      field("overlap").checked = false;
+      field("overlap").checked = active.overlap;
       field("algorithm").value = "ring";
       field("bandwidth").value = String(1 / active.beta / 1e9);
       field("ranks-per-node").value = "1";  // one rank a node: every link is the one measured
@@ -134,7 +160,8 @@
       const same = (a, b) => Math.abs(a - b) <= 1e-9 * Math.max(Math.abs(a), Math.abs(b));
       const w = c.work, r = active;
       return same(w.params, r.params) && same(w.computePerSample, r.computePerSample) &&
-        w.microBatch === r.microBatch && w.gradientDtype === "fp32" && !w.overlap && c.algorithm === "ring" &&
+        w.microBatch === r.microBatch && w.gradientDtype === "fp32" && w.overlap === r.overlap &&
+        c.algorithm === "ring" &&
         same(c.net.alpha, r.alpha) && same(c.net.beta, r.beta) && c.net.ranksPerNode === 1;
     }
 
@@ -160,6 +187,7 @@
           alpha: num("latency") * 1e-6,
           beta: 1 / (num("bandwidth") * 1e9),
           ranksPerNode: num("ranks-per-node"),
+          concurrent: active ? active.concurrent : 1,  // a measured run's backend; else one at a time
           inside: { alpha: num("inside-latency") * 1e-6, beta: 1 / (num("inside-bandwidth") * 1e9) },
         },
         algorithm: field("algorithm").value,
@@ -216,22 +244,22 @@
         active = null;
         runSelect.value = "";
       }
-      const measured = active && c.maxWorkers >= 2 ? active.speedups[String(c.work.accumulation)] : undefined;
-      if (measured !== undefined) {
-        const cx = x(2), cy = y(measured);
+      const measured = ((active && active.points[String(c.work.accumulation)]) || []).filter(([n]) => n <= c.maxWorkers);
+      for (const [n, s] of measured) {
+        const cx = x(n), cy = y(s);
         el("path", { d: `M${cx},${cy - 7}L${cx + 7},${cy}L${cx},${cy + 7}L${cx - 7},${cy}Z`, class: "explorer-measured" }, svg);
-        el("text", { x: cx + 10, y: cy + 4 }, svg).textContent = `measured ${measured.toFixed(2)}×`;
-        root.dataset.measured = JSON.stringify([2, measured]);
-      } else {
-        delete root.dataset.measured;
+        el("text", { x: cx + 10, y: cy + 4 }, svg).textContent = `measured ${s.toFixed(2)}×`;
       }
+      if (measured.length) root.dataset.measured = JSON.stringify(measured);
+      else delete root.dataset.measured;
+      const where = measured.map(([n, s]) => `${s.toFixed(2)}× at ${n}`).join(", ");
       const last = rows[rows.length - 1];
       svg.setAttribute(
         "aria-label",
         `Modelled speedup against workers, log scales: ${last.speedup.toFixed(2)}× at ${last.n} workers, ` +
           `efficiency ${(100 * last.efficiency).toFixed(0)}%; ` +
           (bound ? `sync-bound from ${bound.n} workers; ` : "") +
-          (measured !== undefined ? `a diamond marks the ${measured.toFixed(2)}× measured at 2 workers; ` : "") +
+          (measured.length ? `diamonds mark what was measured: ${where} workers; ` : "") +
           "the dashed line is the ideal n×."
       );
 

@@ -65,6 +65,7 @@ BENCHMARKS = {
     "checkpointing": "DCP's save against async_save while training: the stall, the time to durable, 2 ranks",
     "slurm": "SLURM requeues a job after a lost node or a preemption signal: each phase timed (root)",
     "exits": "examples launched again and again under torchrun: how many ranks abort at exit",
+    "emulated": "the scale model: 1-8 emulated accelerators in DDP over dialled links, against the cost model (root)",
 }
 
 
@@ -187,7 +188,10 @@ def sim_inputs(args: argparse.Namespace):
     )
     for flag in ("compute_per_sample", "micro_batch", "bucket_mb"):
         value = getattr(args, flag)
-        require(value > 0 and math.isfinite(value), f"--{flag.replace('_', '-')} must be positive, not {value}")
+        require(
+            value is None or (value > 0 and math.isfinite(value)),
+            f"--{flag.replace('_', '-')} must be positive, not {value}",
+        )
     note = ""
     if args.fit:
         fit = costmodel.load_fit(args.fit, args.fit_impl, args.fit_world_size)
@@ -205,8 +209,13 @@ def sim_inputs(args: argparse.Namespace):
         micro_batch=args.micro_batch,
         accumulation=args.accumulation,
         gradient_dtype=args.gradient_dtype,
-        bucket_bytes=args.bucket_mb * 2**20,
         overlap=not args.no_overlap,
+        # DDP keeps its first bucket at 1 MiB only while bucket_cap_mb is left at its default
+        **(
+            {}
+            if args.bucket_mb is None
+            else {"bucket_bytes": args.bucket_mb * 2**20, "first_bucket_bytes": args.bucket_mb * 2**20}
+        ),
     )
     return work, network, note
 
@@ -323,7 +332,9 @@ def build_parser(benchmark: str | None = None) -> argparse.ArgumentParser:
     sim.add_argument("--micro-batch", type=int, help="samples per rank per micro-batch")
     sim.add_argument("--accumulation", type=int, default=1, help="micro-batches per optimizer step (default: 1)")
     sim.add_argument("--gradient-dtype", default="fp32", help="fp32 (default) or bf16")
-    sim.add_argument("--bucket-mb", type=float, default=25, help="DDP bucket size in MiB (default: 25)")
+    sim.add_argument(
+        "--bucket-mb", type=float, help="DDP's bucket_cap_mb (default: DDP's, 25, after a first bucket of 1 MiB)"
+    )
     sim.add_argument("--no-overlap", action="store_true", help="sync after the backward pass, not during it")
     sim.add_argument("--algorithm", default="ring", help="ring (default), tree or naive")
     sim.add_argument("--world-sizes", default="1,2,4,8", help="comma-separated (default: 1,2,4,8)")

@@ -14,8 +14,14 @@ For S bytes on n ranks, with the algorithms `distdocs.collectives` builds:
 A step of `accumulation` micro-batches computes `micro_batch` samples per micro-batch on each rank
 and syncs once, at the end (DDP's `no_sync()` on the others). DDP splits the gradients into buckets
 and starts a bucket's allreduce as soon as the backward pass has produced it, so the sync of all
-but the last bucket can hide behind the rest of the backward pass. The model assumes the gradients
-become ready at an even rate through the backward pass and that one allreduce runs at a time.
+but the last bucket can hide behind the rest of the backward pass. The buckets are DDP's own
+(`ddp_buckets`): from its second step on, DDP packs the gradients in the order backward produces
+them, the first bucket up to 1 MiB so that the first allreduce starts early, the others up to
+`bucket_cap_mb`. The model takes the gradients as ready at an even rate, by bytes, through the
+backward pass. An allreduce starts when its bucket is ready and the backend has a lane free: NCCL
+runs one at a time, gloo two (`Network.concurrent`). The bytes of two at once still cross the link
+one after the other; what the second lane hides is the other's per-message latency, which is what
+makes many small buckets cheaper under gloo than one at a time would be.
 A communication hook that compresses (fp16, bf16, PowerSGD) allreduces `compression` times the
 gradient's bytes; its own computation is the caller's to add to the step's.
 
@@ -35,6 +41,9 @@ from dataclasses import dataclass
 ALGORITHMS = ("ring", "tree", "naive", "two-level")
 GRADIENT_BYTES = {"fp32": 4, "bf16": 2}
 DDP_BUCKET_BYTES = 25 * 2**20  # DDP's default bucket_cap_mb=25
+# DDP's first bucket when bucket_cap_mb is left at its default (torch.distributed._DEFAULT_FIRST_BUCKET_BYTES);
+# given bucket_cap_mb, DDP makes its first bucket as large as the others.
+DDP_FIRST_BUCKET_BYTES = 2**20
 BACKWARD_SHARE = 2 / 3  # backward costs about twice the forward: 2/3 of the compute
 
 
@@ -45,10 +54,15 @@ class Network:
     alpha: float
     beta: float
     name: str = ""
+    # Allreduces the backend runs at once: 1 for NCCL (one stream per communicator), 2 for gloo
+    # (ProcessGroupGloo's two worker threads). Two at once share the link's bytes but not their latency.
+    concurrent: int = 1
 
     def __post_init__(self):
         if not (self.alpha >= 0 and self.beta > 0 and math.isfinite(self.alpha + self.beta)):
             raise ValueError(f"network: alpha must be >= 0 and beta > 0, not {self.alpha!r} and {self.beta!r}")
+        if not (isinstance(self.concurrent, int) and self.concurrent >= 1):
+            raise ValueError(f"network: concurrent must be a whole number of at least 1, not {self.concurrent!r}")
 
     @classmethod
     def from_bandwidth(cls, gb_per_s: float, latency_us: float, name: str = "") -> Network:
@@ -225,18 +239,61 @@ class Workload:
     bucket_bytes: float = DDP_BUCKET_BYTES
     overlap: bool = True  # buckets allreduce during the backward pass, as DDP does
     compression: float = 1.0  # bytes allreduced / gradient bytes: 0.5 for fp16 or bf16, less for PowerSGD
+    first_bucket_bytes: float = DDP_FIRST_BUCKET_BYTES  # bucket_bytes for a DDP given bucket_cap_mb
+    # The parameters' sizes (elements), in the order backward produces their gradients (the last layer's
+    # first), adding up to `params`: DDP closes a bucket only at a parameter's end. Empty: many small ones.
+    parameter_sizes: tuple[int, ...] = ()
 
     def __post_init__(self):
-        for name in ("params", "compute_per_sample", "micro_batch", "accumulation", "bucket_bytes", "compression"):
+        for name in (
+            "params",
+            "compute_per_sample",
+            "micro_batch",
+            "accumulation",
+            "bucket_bytes",
+            "compression",
+            "first_bucket_bytes",
+        ):
             value = getattr(self, name)
             if not (value > 0 and math.isfinite(value)):
                 raise ValueError(f"{name} must be positive, not {value!r}")
         if self.gradient_dtype not in GRADIENT_BYTES:
             raise ValueError(f"gradient_dtype must be one of {', '.join(GRADIENT_BYTES)}, not {self.gradient_dtype!r}")
+        if self.parameter_sizes and (
+            min(self.parameter_sizes) <= 0 or not math.isclose(sum(self.parameter_sizes), self.params)
+        ):
+            raise ValueError(f"parameter_sizes must be positive and add up to params ({self.params:g})")
 
     @property
     def gradient_bytes(self) -> float:
         return self.params * GRADIENT_BYTES[self.gradient_dtype]
+
+
+def ddp_buckets(
+    gradient_bytes: float,
+    bucket_bytes: float = DDP_BUCKET_BYTES,
+    first_bucket_bytes: float = DDP_FIRST_BUCKET_BYTES,
+    parameter_bytes: tuple[float, ...] = (),
+) -> list[float]:
+    """The bytes of each bucket DDP allreduces, in the order backward fills them. From its second step
+    on DDP packs the gradients in the order they become ready, and a bucket closes once it holds its
+    limit or more: the first bucket's limit is `first_bucket_bytes`, every other's `bucket_bytes`
+    (the C++ Reducer's compute_bucket_assignment_by_size). A bucket ends at a parameter's end; with no
+    `parameter_bytes`, the gradient is many small parameters and the buckets are the limits exactly."""
+    if not parameter_bytes:
+        buckets, left, limit = [], gradient_bytes, first_bucket_bytes
+        while left > 0:
+            buckets.append(min(limit, left))
+            left -= buckets[-1]
+            limit = bucket_bytes
+        return buckets or [0.0]
+    buckets, size, limit = [], 0.0, first_bucket_bytes
+    for nbytes in parameter_bytes:
+        size += nbytes
+        if size >= limit:
+            buckets.append(size)
+            size, limit = 0.0, bucket_bytes
+    return buckets + [size] if size else buckets
 
 
 def workload_from_scaling(one: dict) -> Workload:
@@ -297,21 +354,27 @@ def step_time(
     """The modelled time of one step at `world_size` ranks; with `ranks_per_node` and `inside`, the
     ranks fill nodes linked by `inside` within and by `network` between (allreduce_on_nodes_seconds)."""
     compute = work.compute_per_sample * work.micro_batch * work.accumulation
-    buckets = max(1, math.ceil(work.gradient_bytes / work.bucket_bytes))
-    per_bucket = allreduce_on_nodes_seconds(
-        work.gradient_bytes * work.compression / buckets, world_size, network, algorithm, ranks_per_node, inside
-    )
-    sync = buckets * per_bucket
-    if work.overlap:
-        # The last micro-batch's backward produces bucket i at i/buckets of the way through; each
-        # allreduce starts when its bucket is ready and the previous allreduce is done.
-        window = BACKWARD_SHARE * work.compute_per_sample * work.micro_batch
-        done = 0.0
-        for i in range(1, buckets + 1):
-            done = max(done, window * i / buckets) + per_bucket
-        exposed = max(0.0, done - window)
-    else:
-        exposed = sync
+    element = GRADIENT_BYTES[work.gradient_dtype]
+    parameter_bytes = tuple(n * element for n in work.parameter_sizes)
+    sizes = ddp_buckets(work.gradient_bytes, work.bucket_bytes, work.first_bucket_bytes, parameter_bytes)
+
+    def seconds(nbytes: float) -> float:
+        return allreduce_on_nodes_seconds(nbytes, world_size, network, algorithm, ranks_per_node, inside)
+
+    times = [seconds(b * work.compression) for b in sizes]
+    sync = sum(times)
+    # The last micro-batch's backward produces each bucket when the bytes before its end are done
+    # (without overlap, all of them when it ends). An allreduce starts when its bucket is ready and a
+    # lane is free (`network.concurrent` lanes); its bytes cross the link after the previous one's.
+    window = BACKWARD_SHARE * work.compute_per_sample * work.micro_batch
+    latency = 2 * seconds(1.0) - seconds(2.0)  # the α part: each time here is α part + a part linear in bytes
+    total, filled, ends = sum(sizes), 0.0, []
+    for nbytes, whole in zip(sizes, times, strict=True):
+        filled += nbytes
+        ready = window * (filled / total) if total and work.overlap else window
+        start = max(ready, ends[-network.concurrent]) if len(ends) >= network.concurrent else ready
+        ends.append(max(start + whole, (ends[-1] if ends else 0.0) + whole - latency))
+    exposed = max(0.0, ends[-1] - window) if ends else 0.0
     samples = world_size * work.micro_batch * work.accumulation
     return Step(world_size, compute, sync, exposed, samples / (compute + exposed))
 

@@ -282,6 +282,7 @@ def predict(records: list[dict]) -> list[dict]:
             compute_per_sample=compute_s / base["batch_per_rank"],
             micro_batch=base["batch_per_rank"],
             bucket_bytes=base["gradient_bytes"],  # one bucket, as trained
+            first_bucket_bytes=base["gradient_bytes"],
             overlap=False,  # a CPU rank's one core computes and syncs in turn
             compression=factor,
         )
