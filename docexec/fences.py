@@ -5,7 +5,7 @@ Kinds, decided from the fence alone:
 - include: its body has a `--8<--` line (pymdownx.snippets); the example it names is run by
   test_examples.py. Python includes carry `notest`, since pytest-markdown-docs would run the line.
 - inline: a python fence that pytest-markdown-docs collects and runs.
-- command: a shell fence whose every line starts with torchrun, python or distdocs, perhaps after
+- command: a shell fence whose every line starts with torchrun, python, distdocs or unshare, perhaps after
   `NAME=value` settings for it (or is `wait`, after
   commands started with `&`); test_docs.py runs it exactly as written. Under a content tab titled
   "GPU ..." it runs only where CUDA is present.
@@ -45,7 +45,8 @@ EXAMPLES = REPO / "examples"
 SNIPPET_BASES = (EXAMPLES, REPO / "src", REPO / "benchmarks", REPO / "tests", REPO / "includes")  # as in mkdocs.yml
 
 SHELL_LANGS = {"bash", "sh", "shell", "console"}
-COMMAND_PREFIXES = ("torchrun ", "python ", "python3 ", "distdocs")
+# `unshare ...` wraps a distdocs command in namespaces of its own (the scale model without root).
+COMMAND_PREFIXES = ("torchrun ", "python ", "python3 ", "distdocs", "unshare ")
 SLURM_PREFIXES = ("sbatch ", "scancel ", "scontrol ")
 NOT_EXECUTED = re.compile(r"^<!--\s*not executed:\s*(.*?)\s*-->$")
 INCLUDE = re.compile(r"""--8<--\s+["']([^"']+)["']""")

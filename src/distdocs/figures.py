@@ -358,7 +358,16 @@ FIGURES = {
     "sim-commands": (sim_commands, "PAGE.md"),
     "pipeline-schedules": (lambda text: pipeline_schedules(json.loads(text)), "DATA.json"),
     "pipeline-schedules-summary": (lambda text: pipeline_schedules_summary(json.loads(text)), "DATA.json"),
+    "emulated-buckets": (lambda text: _emulated("plot_buckets", json.loads(text)), "DATA.json"),
+    "emulated-accumulation": (lambda text: _emulated("plot_accumulation", json.loads(text)), "DATA.json"),
 }
+
+
+def _emulated(name: str, data: dict) -> str:
+    """A figure of the scale model's saved sweep (distdocs.bench.emulated draws them)."""
+    from distdocs.bench import emulated
+
+    return getattr(emulated, name)(data["records"], data["machine"])
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -193,10 +193,21 @@ class Network:
             raise
         return self
 
-    def _limit(self, namespace: str, dev: str) -> None:
+    def set_rate(self, rate: str) -> None:
+        """Dial every link of a built network to `rate`, in place: the ranks on it keep their
+        connections, so that one world can be measured at several rates."""
+        rate_bits(rate)
+        if not self._built:
+            raise LinkError("set_rate: the network is not built")
+        self.rate, self.rate_bits = rate, rate_bits(rate)
+        for n in self.nodes:
+            for ns, dev in ((n.namespace, "eth0"), (self.switch, f"p{n.index}")):
+                self._limit(ns, dev, "replace")
+
+    def _limit(self, namespace: str, dev: str, how: str = "add") -> None:
         bucket = burst_bytes(self.rate)
         try:
-            _sh("ip", "netns", "exec", namespace, "tc", "qdisc", "add", "dev", dev, "root", "tbf",
+            _sh("ip", "netns", "exec", namespace, "tc", "qdisc", how, "dev", dev, "root", "tbf",
                 "rate", self.rate, "burst", str(bucket), "latency", "100ms")  # fmt: skip
         except LinkError as err:
             raise LinkError(f"tc could not limit a link's rate with tbf: {err}") from None

@@ -33,16 +33,16 @@ def wait_for_device() -> None:
         torch.cuda.synchronize()
 
 
-def slowest_rank_seconds(fn) -> float:
-    """Run `fn` on every rank from a common start (a barrier) and return the slowest rank's time:
-    a collective step is done only when its last rank is."""
-    dist.barrier()
+def slowest_rank_seconds(fn, group=None) -> float:
+    """Run `fn` on every rank of `group` (default: all) from a common start (a barrier) and return
+    the slowest rank's time: a collective step is done only when its last rank is."""
+    dist.barrier(group=group)
     wait_for_device()
     start = time.perf_counter()
     fn()
     wait_for_device()
-    elapsed = torch.tensor([time.perf_counter() - start], dtype=torch.float64, device=collective_device())
-    dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
+    elapsed = torch.tensor([time.perf_counter() - start], dtype=torch.float64, device=collective_device(group))
+    dist.all_reduce(elapsed, op=dist.ReduceOp.MAX, group=group)
     return elapsed.item()
 
 

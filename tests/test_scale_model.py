@@ -1,0 +1,328 @@
+"""The scale model (distdocs.emulated, `distdocs bench emulated`): eight emulated accelerators in torch's
+DDP over dialled links. The overview's command is run once, live, inside the suite; every point it
+measures is held against the cost model, and each of the lesson's timing claims against its points,
+with the margin its arithmetic gives. The emulation's own parts (the waits, the exact gradients,
+DDP's buckets) are checked without a network."""
+
+from __future__ import annotations
+
+import re
+import statistics
+import time
+
+import pytest
+import torch
+
+from distdocs import cli, costmodel, links
+from distdocs.bench import emulated as bench
+from distdocs.emulated import Device, EmulatedModel, Point, _check
+
+from docexec.fences import REPO, classify
+
+OVERVIEW = REPO / "docs/start/overview.md"
+SAVED = REPO / "benchmarks/emulated-links-cpu.json"
+ROW = re.compile(
+    r"^\s*(?P<case>[\w-]+) +(?P<link>\w+) +(?P<bucket>\S+) +(?P<workers>\d+) +(?P<accum>\d+) +(?P<step>[\d.]+) +"
+    r"(?P<best>[\d.]+) +(?P<compute>[\d.]+|-) +(?P<predicted>[\d.]+) +[\d.]+ +(?:[\d.]+x|-) +(?:[\d.]+x|-)$",
+    re.M,
+)
+COST = re.compile(r"^# the run: (\d+) s of wall time, (\d+) s of CPU$", re.M)
+
+
+def the_pages_command() -> str:
+    (fence,) = [f for f in classify(OVERVIEW) if f.kind == "command" and "bench emulated" in f.command]
+    return fence.command
+
+
+@pytest.fixture(scope="module")
+def live(command_runs) -> dict:
+    """The overview's command, run once for this module and test_docs: its points by (case, workers,
+    accumulation), each with its step, best step, compute (where split) and prediction, in seconds."""
+    try:
+        links.check_can_build()
+    except links.LinkError as err:
+        pytest.skip(str(err))
+    result = command_runs.run_ok(the_pages_command())
+    points = {}
+    for m in ROW.finditer(result.stdout):
+        points[m["case"], int(m["workers"]), int(m["accum"])] = {
+            "step": float(m["step"]) / 1e3,
+            "best": float(m["best"]) / 1e3,
+            "compute": None if m["compute"] == "-" else float(m["compute"]) / 1e3,
+            "predicted": float(m["predicted"]) / 1e3,
+        }
+    assert len(points) == len(bench.live_points()), result.describe()
+    wall, cpu = map(int, COST.search(result.stdout).groups())
+    return {"points": points, "wall_s": wall, "cpu_s": cpu, "out": result.stdout}
+
+
+def speedup(points: dict, case: str, n: int, k: int, key: str = "step") -> float:
+    """Samples per second at n workers over 1 worker at the same k."""
+    return n * points[case, 1, k][key] / points[case, n, k][key]
+
+
+def throughput(points: dict, case: str, n: int, k: int) -> float:
+    """Micro-batches per second, all workers together."""
+    return n * k / points[case, n, k]["step"]
+
+
+@pytest.mark.processes  # the test tiers: see the testing page
+def test_every_point_is_predicted_within_10_percent_and_the_median_within_5(live):
+    """The cost model, from the α and β fitted on the same links, the workload and DDP's buckets; the
+    ratios of one run alone and of one inside the suite are in the issue's closing note."""
+    ratios = {key: p["predicted"] / p["step"] for key, p in live["points"].items()}
+    off = {key: round(r, 3) for key, r in ratios.items() if abs(r - 1) > 0.10}
+    assert not off, f"points the model misses by more than 10%: {off}\n{live['out']}"
+    assert abs(statistics.median(ratios.values()) - 1) <= 0.05, live["out"]
+
+
+@pytest.mark.processes
+def test_the_live_run_costs_at_most_40_s_of_cpu(live):
+    """The emulated compute is a wait, so the run's CPU is start-up, gloo and the links (the wall time,
+    about 35 s alone, is in the output)."""
+    assert live["cpu_s"] <= 40, live["out"]
+
+
+@pytest.mark.processes
+def test_a_compute_bound_job_scales_almost_ideally(live):
+    """The overview: "a job whose compute dwarfs its sync ... gets close to n". A 32 KiB gradient under
+    400 ms of compute: the sync at 8 workers takes about 7 ms in the model, and eight ranks' host work
+    at the end of backward, which two cores run in turn, about 20 ms more; 0.9 n leaves 5% beyond."""
+    for n in (2, 4, 8):
+        assert speedup(live["points"], "compute-bound", n, 1) >= 0.9 * n, live["out"]
+
+
+@pytest.mark.processes
+def test_a_sync_bound_job_flattens_and_eight_workers_gain_little_over_four(live):
+    """The overview's sync-bound job, its global batch held at 8 micro-batches (8 workers x 1, 4 x 2,
+    2 x 4, 1 x 8): each doubling of the workers gains less than the one before, and 8 workers gain
+    less than 1.2x over 4 (the model: about 1.05x). With the batch per worker fixed instead, a ring
+    cannot flatten that far: 2(n-1)/n of the bytes grows by 7/6 from 4 to 8, so 8 always gain more
+    than 1.7x over 4; what falls there is the gain per worker."""
+    p = live["points"]
+    held = [throughput(p, "production", n, 8 // n) for n in (1, 2, 4, 8)]
+    gains = [b / a for a, b in zip(held, held[1:])]
+    assert gains[0] > gains[1] > gains[2] and gains[2] < 1.2, (gains, live["out"])
+    per_worker = [speedup(p, "production", n, 1) / n for n in (2, 4, 8)]
+    assert per_worker[0] > per_worker[1] > per_worker[2], live["out"]
+
+
+@pytest.mark.processes
+def test_a_small_model_scaled_out_is_slower_on_two_workers_than_on_one(live):
+    """The debugging guide's "slower with more ranks": one micro-batch of the sync-bound job at 2 workers
+    trains fewer samples per second than at 1 (the model: 0.57x). The guide's example shows the same on
+    two real CPU ranks; its saved run is the one the page prints."""
+    assert speedup(live["points"], "production", 2, 1) < 1, live["out"]
+    saved = (REPO / "benchmarks/debugging-small-model-cpu.txt").read_text()
+    ratios = dict(re.findall(r"^(mistake|fix): .*\((\d+\.\d+)x\)", saved, re.M))
+    assert float(ratios["mistake"]) < 1 < float(ratios["fix"]), saved
+
+
+@pytest.mark.processes
+def test_accumulation_takes_eight_workers_past_3_5x_and_without_it_they_stay_below_2_5x(live):
+    """In production: ResNet-50 on 8 V100 nodes over 1 Gbit/s, scaled. Four micro-batches per step reach
+    3.5x or more on 8 workers, one stays below 2.5x, each within 10% of the model's speedup."""
+    p = live["points"]
+    with_k, without = speedup(p, "production", 8, 4), speedup(p, "production", 8, 1)
+    model_with, model_without = (speedup(p, "production", 8, k, "predicted") for k in (4, 1))
+    assert with_k >= 3.5 and without < 2.5, live["out"]
+    assert abs(with_k / model_with - 1) <= 0.10 and abs(without / model_without - 1) <= 0.10, live["out"]
+
+
+@pytest.mark.processes
+def test_the_split_of_a_slower_step_shows_its_sync_wall_over_half(live):
+    """The debugging guide's diagnosis of a speedup below 1: time the step under no_sync() too; at 2
+    workers, the sync (the step less its compute) is over half the step (the model: about 70%)."""
+    two = live["points"]["production", 2, 1]
+    assert speedup(live["points"], "production", 2, 1) < 1
+    assert (two["step"] - two["compute"]) / two["step"] > 0.5, live["out"]
+    # The guide's two-rank example, as its saved run prints it: 8 samples a rank, most of the step
+    # synchronisation; 1024, a small share.
+    saved = (REPO / "benchmarks/debugging-slower-cpu.txt").read_text()
+    share = {m[0]: float(m[1]) for m in re.findall(r"^\s*(mistake|fix)\b.* ([\d.]+)%", saved, re.M)}
+    assert share["mistake"] > 50 > share["fix"], saved
+
+
+@pytest.mark.processes
+def test_eight_workers_without_accumulation_train_less_than_four_with_it(live):
+    """Gradient accumulation, "when it pays": at the sync-bound setting, throwing nodes at the loop (8
+    workers, 1 micro-batch per step) trains fewer samples per second than 4 workers accumulating 4 (the
+    model: about 0.7 of them). The page's two-rank run shows the bytes it saves; its saved rates agree."""
+    p = live["points"]
+    assert throughput(p, "production", 8, 1) < throughput(p, "production", 4, 4), live["out"]
+    saved = (REPO / "benchmarks/accumulation-sync-bound-cpu.txt").read_text()
+    rates = {m[0]: float(m[1].replace(",", "")) for m in re.findall(r"^(mistake|fix): .* ranks ([\d,]+)", saved, re.M)}
+    assert rates["fix"] > rates["mistake"], saved
+
+
+# --- the emulation's parts, without a network ---
+
+
+@pytest.mark.fast
+def test_an_emulated_kernel_never_ends_early_and_queues_behind_the_one_before():
+    """A kernel of t seconds returns no sooner than t after it started; one launched while the last
+    runs, or shortly after it ended, starts when that one ends, as on a GPU stream."""
+    device = Device()
+    device.free_at = start = time.perf_counter()
+    device.run(0.02)
+    assert time.perf_counter() - start >= 0.02 and device.free_at == start + 0.02
+    ended = device.free_at = time.perf_counter() - 0.005  # the last kernel ended 5 ms before this launch
+    device.run(0.0)
+    assert device.free_at == ended  # queued behind it: the host's 5 ms are not the device's
+    device.free_at = time.perf_counter() - 1.0  # idle for a second: it starts when launched
+    device.run(0.0)
+    assert device.free_at > time.perf_counter() - 0.5
+
+
+@pytest.mark.fast
+def test_an_emulated_model_returns_integer_gradients_and_the_check_catches_one_wrong_element():
+    model = EmulatedModel(4 * 8 * 16, 0.0, layers=8)
+    model.value = 3.0
+    for _ in range(2):  # two micro-batches accumulate
+        model(torch.ones(1, requires_grad=True)).sum().backward()
+    assert all(torch.equal(w.grad, torch.full((16,), 6.0)) for w in model.weights)
+    _check(model, 2, 1, synced=False)  # passes, and clears the gradients
+    model(torch.ones(1, requires_grad=True)).sum().backward()
+    model.weights[5].grad[7] += 1
+    with pytest.raises(AssertionError, match="layer 5: gradient 4.0 where 3.0 was due"):
+        _check(model, 1, 1, synced=False)
+
+
+@pytest.mark.fast
+def test_the_production_case_is_resnet_50_scaled_with_compute_against_sync_kept():
+    """ResNet-50's 102.2 MB of fp32 gradients in a 305 ms step over 1 Gbit/s, against 2 MiB in the
+    scale model's step over 100 Mbit/s: the same compute per second of gradient transfer."""
+    real = bench.RESNET50["step_s"] / (bench.RESNET50["params"] * 4 * 8 / 1e9)
+    scaled = bench.PRODUCTION["compute_s"] / (bench.PRODUCTION["gradient_bytes"] * 8 / 1e8)
+    assert scaled == pytest.approx(real, rel=1e-3)
+
+
+@pytest.mark.fast
+def test_the_cost_model_puts_in_what_ddp_does_and_what_the_old_one_left_out():
+    """The two things the scale model showed: DDP's small first bucket (measured: a 2-worker step 1%
+    from the model with it, 11% without), and gloo's two allreduces at once (the bucket sweep's 32 KiB
+    buckets: 5% from the model with two lanes, 11% with one). Each changes the prediction the way
+    the measurement did."""
+    point = Point(2, 1, **bench.PRODUCTION)
+    net = costmodel.Network(100e-6, 8 / 95e6)
+    ddp = costmodel.step_time(point.workload(), 2, net).step
+    equal_buckets = costmodel.step_time(
+        costmodel.Workload(point.gradient_bytes / 4, point.compute_s, 1, first_bucket_bytes=25 * 2**20), 2, net
+    ).step
+    assert equal_buckets > 1.08 * ddp  # the first 1 MiB starts halfway through backward
+    small = Point(8, 1, 2 * 2**20, 0.4, layers=32, bucket_mb=1 / 32).workload()
+    one, two = (costmodel.step_time(small, 8, costmodel.Network(200e-6, 8 / 95e6, concurrent=c)).step for c in (1, 2))
+    assert one > 1.1 * two
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--workers", "1,16"],
+        ["--workers", "2,4"],
+        ["--link", "fast"],
+        ["--sweep", "--workers", "1,2"],
+        ["--steps", "0"],
+        ["--layers", "0"],
+        ["--gradient-mb", "0"],
+    ],
+)
+@pytest.mark.fast
+def test_bad_arguments_get_one_line_and_exit_2(argv, capsys):
+    assert cli.main(["bench", "emulated", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "\n" not in err
+
+
+# --- the saved sweep, which the pages draw ---
+
+
+@pytest.mark.fast
+def test_the_saved_sweep_draws_the_overviews_figure_and_says_what_the_overview_says():
+    import json
+
+    data = json.loads(SAVED.read_text())
+    records = data["records"]
+    assert (REPO / "docs/assets/emulated-links-cpu.svg").read_text() == bench.plot(records, data["machine"])
+    at = {(r["link"], r["workers"]): r for r in records if r["case"] == "production" and r["accumulation"] == 1}
+    assert all(at["50mbit", n]["speedup"] < 1 for n in (2, 4, 8))  # "every number of workers ... fewer"
+    assert at["100mbit", 2]["speedup"] < 1 < at["100mbit", 8]["speedup"] < 2  # "gains a little from eight"
+    assert at["100mbit", 8]["speedup"] < at["200mbit", 8]["speedup"] < 4  # "a little more", not near ideal
+    assert all(r["ddp_bucket_bytes"] == r["model_bucket_bytes"] for r in records)
+    assert all(abs(r["ratio"] - 1) <= 0.10 for r in records if r["link"] != "200mbit"), "the sweep's fit"
+
+
+@pytest.mark.fast
+def test_the_explorers_scale_model_runs_are_the_saved_sweep():
+    """hooks/explorer_presets.py reads the sweep without torch: each link's controls reproduce the
+    production case (2 MiB in fp32, one 62.6 ms micro-batch, overlapped, gloo's two lanes), and its
+    points are the sweep's measured speedups at 2, 4 and 8 workers."""
+    import json
+
+    from hooks.explorer_presets import GLOO_LANES, measured_runs
+
+    assert GLOO_LANES == bench.GLOO_LANES
+    runs = measured_runs()
+    records = [r for r in json.loads(SAVED.read_text())["records"] if r["case"] == "production" and "speedup" in r]
+    for link in bench.SWEEP_LINKS:
+        run, mine = runs[f"scale-{link}"], [r for r in records if r["link"] == link]
+        assert run["params"] * 4 == bench.PRODUCTION["gradient_bytes"] and run["microBatch"] == 1 and run["overlap"]
+        assert run["computePerSample"] == pytest.approx(bench.PRODUCTION["compute_s"])
+        for k, pairs in run["points"].items():
+            at_k = [r for r in mine if r["accumulation"] == int(k) and r["workers"] > 1]
+            assert pairs == [[r["workers"], r["speedup"]] for r in at_k]
+
+
+def saved_records() -> list[dict]:
+    import json
+
+    return json.loads(SAVED.read_text())["records"]
+
+
+@pytest.mark.fast
+def test_the_saved_sweep_shows_what_in_production_says():
+    """In production: 8 workers reach "about 1.4x" with one micro-batch per step, "nearly 4x" with 4
+    and "over 6x" with 16; and the cost model puts the real job (ResNet-50's whole gradient in DDP's
+    default buckets, one allreduce at a time as under NCCL, the link 10 times faster) at 3.8x with 4,
+    against the scale model's 3.7x."""
+    at8 = {r["accumulation"]: r for r in saved_records() if r["case"] == "production" and r["link"] == "100mbit"
+           and r["workers"] == 8}  # fmt: skip
+    assert 1.2 < at8[1]["speedup"] < 1.6 and 3.5 <= at8[4]["speedup"] < 4.2 and at8[16]["speedup"] > 6
+    net = costmodel.Network(at8[4]["alpha_s"], at8[4]["beta_s_per_byte"] / bench.LINK_SCALE)
+    real = costmodel.Workload(bench.RESNET50["params"], bench.RESNET50["step_s"], 1, 4)
+    full = costmodel.simulate(real, [1, 8], net)[1].speedup
+    assert (round(full, 1), round(at8[4]["predicted_speedup"], 1)) == (3.8, 3.7)
+
+
+@pytest.mark.fast
+def test_the_saved_bucket_sweep_shows_what_ddp_internals_says():
+    """ "One bucket as large as the gradient waits for the whole backward pass": its step is the
+    longest; smaller buckets hide more, down to the lowest step between 1/16 and 1/4 MiB; and at the
+    smallest cap the step falls between a model of one allreduce at a time and the model of gloo's two
+    at once, which stays within 10%."""
+    rows = sorted(
+        (r for r in saved_records() if r["case"] == "buckets" and r["bucket_mb"]), key=lambda r: r["bucket_mb"]
+    )
+    step = {r["bucket_mb"]: r["measured_s"] for r in rows}
+    assert max(step, key=step.get) == 2.0 and step[0.25] < step[1.0] < step[2.0]
+    assert min(step, key=step.get) in (1 / 16, 1 / 8, 1 / 4)
+    smallest = rows[0]
+    point = Point(
+        8, 1, smallest["gradient_bytes"], smallest["compute_ms"] / 1e3, smallest["layers"], smallest["bucket_mb"]
+    )
+    one_lane = costmodel.step_time(
+        point.workload(), 8, costmodel.Network(smallest["alpha_s"], smallest["beta_s_per_byte"])
+    )
+    assert smallest["predicted_s"] < smallest["measured_s"] < one_lane.step and abs(smallest["ratio"] - 1) <= 0.10
+    assert (REPO / "docs/assets/emulated-buckets-cpu.svg").read_text() == bench.plot_buckets(
+        saved_records(), json_machine()
+    )
+    assert (REPO / "docs/assets/emulated-accumulation-cpu.svg").read_text() == bench.plot_accumulation(
+        saved_records(), json_machine()
+    )
+
+
+def json_machine() -> dict:
+    import json
+
+    return json.loads(SAVED.read_text())["machine"]
