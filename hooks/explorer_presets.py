@@ -8,12 +8,16 @@ import json
 from pathlib import Path
 
 from distdocs.costmodel import PRESETS, load_fit
+from distdocs.links import rate_bits
 
 PLACEHOLDER = "<!-- explorer-presets -->"
 SAVED_RUN = Path(__file__).resolve().parent.parent / "benchmarks" / "allreduce-cpu.json"
 # The compute-bound model measured at 1 and 2 ranks over loopback and dialled links
 # (docs/lesson/gradient-accumulation.md).
 THREE_LINKS = Path(__file__).resolve().parent.parent / "benchmarks" / "prediction-links-cpu.json"
+# The scale model's saved sweep (distdocs.bench.emulated), and its backend's allreduces at once.
+SCALE_MODEL = Path(__file__).resolve().parent.parent / "benchmarks" / "emulated-links-cpu.json"
+GLOO_LANES = 2  # distdocs.bench.emulated.GLOO_LANES; a test holds the two equal
 SAMPLES_PER_RANK = 1024  # distdocs.bench.scaling.MODELS["compute-bound"]; a test holds the two equal
 LINK_NAMES = {"loopback": "loopback, one machine", "1gbit": "a 1 Gbit/s link", "100mbit": "a 100 Mbit/s link"}
 
@@ -29,11 +33,31 @@ def presets() -> dict:
 
 
 def measured_runs() -> dict:
-    """The saved three-link run, as the explorer's measured runs: per link, the controls that
-    reproduce its workload and network (the 1-rank computation per sample, its gradient, the link's
-    α and β, no overlap), and the speedup measured at 2 ranks for each accumulation count."""
-    records = [r for r in json.loads(THREE_LINKS.read_text())["records"] if r["model"] == "compute-bound"]
+    """The saved runs, as the explorer's measured runs: per run, the controls that reproduce its
+    workload and network, and its measured speedups as [workers, speedup] pairs per accumulation
+    count. First the scale model's ResNet-50 at 1 to 8 workers over each link rate (overlapped, gloo's
+    two allreduces at once); then the compute-bound MLP of the three-link run, at 2 ranks (the whole
+    1-rank step as its computation, no overlap, as on CPU ranks)."""
     runs = {}
+    scale = [r for r in json.loads(SCALE_MODEL.read_text())["records"] if r["case"] == "production" and "speedup" in r]
+    for link in sorted({r["link"] for r in scale}, key=rate_bits):
+        mine = [r for r in scale if r["link"] == link]
+        points = {}
+        for r in sorted(mine, key=lambda r: (r["accumulation"], r["workers"])):
+            if r["workers"] > 1:
+                points.setdefault(str(r["accumulation"]), []).append([r["workers"], r["speedup"]])
+        runs[f"scale-{link}"] = {
+            "name": f"the scale model's ResNet-50 over {link.replace('mbit', ' Mbit/s')}, measured at 1 to 8 workers",
+            "params": mine[0]["gradient_bytes"] / 4,  # fp32 gradients
+            "computePerSample": mine[0]["compute_ms"] / 1e3,  # one micro-batch of one "sample"
+            "microBatch": 1,
+            "overlap": True,
+            "concurrent": GLOO_LANES,
+            "alpha": mine[0]["alpha_s"],
+            "beta": mine[0]["beta_s_per_byte"],
+            "points": points,
+        }
+    records = [r for r in json.loads(THREE_LINKS.read_text())["records"] if r["model"] == "compute-bound"]
     for link in dict.fromkeys(r.get("link", "loopback") for r in records):
         step = {
             (r["world_size"], r["accumulation"]): r["measured_step_s"]
@@ -42,14 +66,16 @@ def measured_runs() -> dict:
         }
         one = next(r for r in records if r.get("link", "loopback") == link and r["world_size"] == 1)
         runs[link] = {
-            "name": f"the compute-bound MLP over {LINK_NAMES.get(link, link)}, measured",
+            "name": f"the compute-bound MLP over {LINK_NAMES.get(link, link)}, measured at 2 ranks",
             "params": one["gradient_bytes"] / 4,  # fp32 gradients
             "computePerSample": step[1, 1] / SAMPLES_PER_RANK,  # the whole 1-rank step, as the model takes it
             "microBatch": SAMPLES_PER_RANK,
+            "overlap": False,
+            "concurrent": 1,
             "alpha": one["alpha_s"],
             "beta": one["beta_s_per_byte"],
             # samples per second at 2 ranks over 1: twice the samples, in the 2-rank step's time
-            "speedups": {str(k): 2 * step[1, k] / step[2, k] for n, k in step if n == 2},
+            "points": {str(k): [[2, 2 * step[1, k] / step[2, k]]] for n, k in step if n == 2},
         }
     return runs
 

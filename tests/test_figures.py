@@ -74,18 +74,16 @@ def test_in_production_chart_draws_the_pages_sim_commands_and_supports_its_alt_t
 
     from distdocs import cli, costmodel
 
-    at8, at2 = [], []
+    at8 = []
     for line in re.findall(r"^\s*distdocs (sim .*)$", page, re.M):
         args = cli.build_parser().parse_args(shlex.split(line))
         work, network, _ = cli.sim_inputs(args)
         steps = costmodel.simulate(work, [1, 2, 8], network, args.algorithm)
-        at2.append(steps[1].speedup)
         at8.append(steps[2].speedup)
-    cpu, cpu_k4, pcie, pcie_k4 = at8
-    # "falls below 1x at 2 ranks and stays furthest from the ideal; accumulating lifts it; on PCIe one
-    # micro-batch per step gives about 4x at 8 ranks, and 4 micro-batches bring it closest to the ideal"
-    assert at2[0] < 1 and cpu == min(at8) and cpu_k4 > cpu
-    assert 3.5 <= pcie <= 4.5 and pcie_k4 == max(at8)
+    pcie, pcie_k4 = at8
+    # "on PCIe one micro-batch per step gives about 4x at 8 ranks, and 4 micro-batches bring it closer
+    # to the ideal"
+    assert 3.5 <= pcie <= 4.5 and pcie < pcie_k4 < 8
 
 
 @pytest.mark.fast

@@ -262,7 +262,7 @@ JUDGEMENT = [
     ("reference/quiz.md", "A training job writes its checkpoint"),
     ("reference/quiz.md", "All ranks of a job stop"),
     ("reference/quiz.md", "Mixed precision with bfloat16 autocast"),
-    ("reference/quiz.md", "The lab fits a line"),
+    ("reference/quiz.md", "The lab's scale model fits"),
     ("reference/quiz.md", "In the scaling explorer"),
     ("operations/checkpoint-and-resume.md", "Why is a checkpoint written to a temporary file"),
     ("multi-gpu/debugging.md", "A model takes a fraction of a millisecond"),

@@ -23,15 +23,12 @@
 # it as a script: `python docs/lab/simulate-data-parallel-sync.py`.
 
 # %%
-import os
-
 import torch
 from torch import nn
 
 from distdocs.simulate import merge_gradients, naive_allreduce, ring_allreduce, shard_gradients, split_batch
 
 torch.manual_seed(0)
-torch.set_num_threads(1)  # the measurements in step 3 compare one-thread ranks with one thread
 
 # %% [markdown]
 # ## Step 1: workers train on shards
@@ -172,22 +169,32 @@ print("step 2 self-check passed")
 # - The naive root sends (n − 1) × S: it becomes the bottleneck as n grows.
 
 # %% [markdown]
-# ## Step 3: sync-bound against compute-bound, on this machine
+# ## Step 3: the bottleneck, measured on a scale model of a cluster
 #
-# A step costs the computation on one worker's batch plus the part of the allreduce that does not
-# hide behind it (the overview's
-# kitchen explains why that sets the speedup). `distdocs.costmodel` writes the two down; `simulate()`
-# evaluates them at many n. Here you fit the model to this machine and set it beside a measurement.
+# Steps 1 and 2 showed what the allreduce computes. This step measures what it costs, at 1 to 8
+# workers, on one machine with two cores. They cannot do eight GPUs' arithmetic, and they do not
+# have to: while a GPU's kernel runs, the process that launched it only waits, and a waiting process
+# costs no CPU. So the workers here are emulated accelerators. **Compute is a wait; the bytes, the
+# collectives, the overlap and the link are real**: each worker is a rank of torch's own DDP on a
+# node of its own, and the nodes share a switch through links dialled to 100 Mbit/s.
 #
-# First, this machine's α and β: time gloo's `all_reduce` between two processes at four sizes and
-# fit the line time = 2(n − 1)α + 2(n − 1)/n × S × β through the points.
+# What it trains is a real job, shrunk: ResNet-50 on V100 GPUs over 1 Gbit/s Ethernet, 305 ms a step
+# and 102 MB of float32 gradients. The gradient shrinks 48.7 times, to 2 MiB, and the link 10 times,
+# so every time stretches by 10/48.7: a step's compute becomes 62.6 ms. The speedup depends on
+# compute against sync, which is the same at both scales.
+#
+# `distdocs bench emulated` builds the links, fits α and β on them (a 4-byte and a 1 MiB all_reduce),
+# and times steps at 1, 2, 4 and 8 workers, with 1 and with 4 micro-batches per step. Each point's
+# prediction comes from the cost model, given α, β, the compute, the gradient and DDP's buckets.
 
 # %%
 import json
 import subprocess
 import sys
+from pathlib import Path
 
-from distdocs.costmodel import fit_alpha_beta
+from distdocs import links
+from distdocs.bench.emulated import format_table
 
 
 def distdocs(*args: str) -> dict:
@@ -198,84 +205,49 @@ def distdocs(*args: str) -> dict:
     return json.loads(out.stdout)
 
 
-sweep = distdocs("bench", "allreduce", "--world-sizes", "2", "--sizes", "256K,1M,4M,16M", "--iters", "5")
-fit = fit_alpha_beta(sweep["records"], "gloo")
-net = fit.network
-print(
-    f"{sweep['machine']['cpu']}, {sweep['machine']['cores']} cores: alpha = {net.alpha * 1e6:.0f} us per message, "
-    f"bandwidth 1/beta = {net.gb_per_s:.2f} GB/s (relative RMS error of the fit {fit.relative_rms:.0%})"
-)
+try:
+    links.check_can_build()
+    run = distdocs("bench", "emulated", "--accumulation", "1,4", "--steps", "2")
+except links.LinkError as why:  # no root: the saved run of the same points
+    print(f"Not measured here ({why}); the saved run instead:")
+    saved = next(p for p in [Path.cwd(), *Path.cwd().parents] if (p / "benchmarks/emulated-links-cpu.json").exists())
+    run = json.loads((saved / "benchmarks/emulated-links-cpu.json").read_text())
+    run["records"] = [
+        r
+        for r in run["records"]
+        if r["case"] == "production" and r["link"] == "100mbit" and r["accumulation"] in (1, 4) and "speedup" in r
+    ]
+records = run["records"]
+print(format_table(records, run["machine"]))
 
 # %% [markdown]
-# Next, two models at two sizes of world: a *compute-heavy* one (four layers of width 256, 1024
-# samples per rank: 1 MiB of gradients and lots of arithmetic) and a *sync-heavy* one (eight layers
-# of width 1024, 8 samples per rank: 32 MiB of gradients and little arithmetic). `distdocs bench
-# scaling` trains each with DDP and times every step twice: as it is, and under `no_sync()`, which
-# gives the computation alone. The model takes its computation per sample from the whole 1-rank
-# step: what DDP does there (copying gradients into its buckets) it does at every size.
-
-# %%
-cores = os.cpu_count() or 1
-sizes = list(range(1, min(cores, 4) + 1))
-run = distdocs("bench", "scaling", "--world-sizes", ",".join(map(str, sizes)), "--accumulation", "1", "--steps", "4")
-measured = {(r["model"], r["world_size"]): r for r in run["records"]}
-for r in run["records"]:
-    print(
-        f"{r['model']:>13} at {r['world_size']} ranks: step {r['step_s'] * 1e3:6.1f} ms, "
-        f"of which computation {r['compute_s'] * 1e3:6.1f} ms; speedup {r['speedup']:.2f}x"
-    )
-
-# %% [markdown]
-# One more fact about this machine before predicting: on a CPU, each rank has a core or less, and
-# the allreduce's arithmetic and copying need that same core. So communication does not overlap the
-# backward pass here as it does on a GPU, whose copy engines and network card work while the
-# kernels run; the model is told so (`overlap=False`). Now the prediction for 1 to 16 workers,
-# and the measurement beside it.
+# The same points drawn against the ideal, where n workers train n times the samples:
 
 # %%
 import matplotlib.pyplot as plt
 
-from distdocs.costmodel import simulate, workload_from_scaling
-
-workers = [1, 2, 4, 8, 16]
 fig, ax = plt.subplots(figsize=(6.4, 4.2))
+workers = sorted({r["workers"] for r in records})
 ax.plot(workers, workers, color="0.6", linestyle="--", label="ideal")
-predicted = {}
-for name, style in (("compute-bound", "o-"), ("sync-bound", "s-")):
-    one = measured[name, 1]
-    work = workload_from_scaling(one)  # the whole 1-rank step as computation; no overlap on CPU
-    steps = simulate(work, workers, net)
-    predicted[name] = {s.world_size: s for s in steps}
-    (line,) = ax.plot(workers, [s.speedup for s in steps], style, label=f"{name}: model")
+for k, marker in ((1, "o"), (4, "s")):
+    mine = sorted((r for r in records if r["accumulation"] == k), key=lambda r: r["workers"])
+    label = f"{k} micro-batch{'es' if k > 1 else ''} per step"
+    (line,) = ax.plot(workers, [r["predicted_speedup"] for r in mine], "-", label=f"{label}: model")
     ax.plot(
-        sizes,
-        [measured[name, n]["speedup"] for n in sizes],
-        "D",
+        workers,
+        [r["speedup"] for r in mine],
+        marker,
         color=line.get_color(),
-        markersize=9,
+        markersize=8,
         fillstyle="none",
-        label=f"{name}: measured",
+        linestyle="none",
+        label=f"{label}: measured",
     )
-    bound = [s for s in steps if s.exposed_sync > s.compute]
-    if bound:  # where the sync outgrows the computation
-        ax.axvline(bound[0].world_size, color=line.get_color(), linestyle=":", linewidth=1)
-        ax.annotate(
-            f"{name}: sync > compute",
-            (bound[0].world_size, bound[0].speedup),
-            xytext=(5, 5),
-            textcoords="offset points",
-            fontsize=8,
-            color=line.get_color(),
-        )
-ax.set(xscale="log", yscale="log", xlabel="workers", ylabel="speedup in samples/s over 1 worker")
-ax.set_xticks(workers, [str(n) for n in workers])
-ax.minorticks_off()
+ax.set(xlabel="workers (emulated accelerators, one per node)", ylabel="speedup in samples/s over 1 worker")
+ax.set_xticks(workers)
 ax.legend(fontsize=8)
 machine = run["machine"]
-ax.set_title(
-    f"model against measurement: {machine['cpu']}, {cores} cores, torch {machine['torch']}, {machine['date']}",
-    fontsize=8,
-)
+ax.set_title(f"scale model at 100 Mbit/s: {machine['cpu']}, {machine['cores']} cores, {machine['date']}", fontsize=8)
 fig.tight_layout()
 if "ipykernel" in sys.modules:  # in Jupyter (and on the site): show it, with a text alternative
     import base64
@@ -286,48 +258,45 @@ if "ipykernel" in sys.modules:  # in Jupyter (and on the site): show it, with a 
     png = io.BytesIO()
     fig.savefig(png, format="png", dpi=100)
     alt = (
-        "Speedup against workers on log scales: the model's curves for the compute-bound and the sync-bound "
-        "model, this machine's measured speedups as open diamonds, the ideal line dashed, and a dotted line "
-        "where each model's sync outgrows its computation."
+        "Speedup against 1 to 8 emulated workers: with one micro-batch per step the measured points stay far "
+        "below the dashed ideal line, with four they climb higher; the model's lines pass through the points."
     )
     display(HTML(f'<img alt="{alt}" src="data:image/png;base64,{base64.b64encode(png.getvalue()).decode()}">'))
 plt.close(fig)
 
-# %%
-from distdocs.bench.prediction import compare
-
-for r in compare(run["records"], net):
-    if r["world_size"] > 1:
-        print(f"{r['model']} at {r['world_size']} ranks: predicted / measured step time = {r['ratio']:.2f}")
-
 # %% [markdown]
-# The sync-heavy model's curve bends over at once: its 32 MiB allreduce costs more than its few
-# samples' arithmetic, and more workers only add ranks to the ring. The compute-heavy model follows
-# the ideal line much further. Where the model and the measurement part, the model leaves something
-# out: DDP copies the gradients into its buckets and back, which a bare allreduce does not, and ranks
-# that share one machine's memory slow each other's computation down.
+# With one micro-batch per step the job is sync-bound: the 2 MiB allreduce takes longer than the
+# computation it serves, so 2 workers train fewer samples per second than one, and 8 gain little.
+# Four micro-batches per step give each sync four times the work, and the same 8 workers go several
+# times further. The `compute` column splits one step the way the debugging guide does: the same
+# step under `no_sync()`, whose difference from the whole step is the sync.
+#
+# The model's columns are a prediction, not a fit to these steps: only α and β come from this run,
+# from two all_reduces timed before any step. Where it misses, it leaves something out: the emulation
+# has no NIC offloads or switch buffers, and α, gloo's time per message on these links, is not
+# scaled with the rest (the fit's line says how large it is next to a step).
 
 # %%
-# Self-check: in the model, the compute-heavy model scales better, and the sync-heavy model's
-# allreduce, 32 times the bytes, takes longer at every number of workers. (The measured speedups
-# are printed, not asserted: on a busy machine they move, and timings belong to benchmarks.)
-assert predicted["compute-bound"][2].speedup > predicted["sync-bound"][2].speedup
-assert all(predicted["sync-bound"][n].sync > predicted["compute-bound"][n].sync for n in workers[1:])
+# Self-check: the run's gradients were exact at every step (the benchmark compares every element, and
+# stops at the first that is not), DDP built the buckets the cost model assumed, and in the model
+# more micro-batches per step scale better at every number of workers.
+assert all(r["ddp_bucket_bytes"] == r["model_bucket_bytes"] for r in records)
+by = {(r["workers"], r["accumulation"]): r for r in records}
+assert all(by[n, 4]["predicted_speedup"] > by[n, 1]["predicted_speedup"] for n in workers if n > 1)
 print("step 3 self-check passed")
 
 # %% [markdown]
-# ### How good is the model? A saved comparison
+# ### On real CPU ranks: a saved comparison
 #
-# `distdocs bench prediction` does the same comparison more carefully, with and without
-# accumulation; the saved run below names its machine in its first line. The model's
-# inputs come from other runs than the one predicted: the computation per sample and DDP's own work
-# per sync from the 1-rank run, α and β from an allreduce sweep. The last two columns split any
-# miss into its two terms: the computation at n ranks against at 1, and the sync that DDP paid
-# against the α-β allreduce of the same bytes.
+# With real computation in place of the wait, the same model meets what two cores can show.
+# `distdocs bench prediction` trains two MLPs with DDP at 1 and 2 ranks, with and without
+# accumulation; the saved run below names its machine in its first line. The model's inputs come
+# from other runs than the one predicted: the computation per sample and DDP's own work per sync
+# from the 1-rank run, α and β from an allreduce sweep. The last two columns split any miss into
+# its two terms: the computation at n ranks against at 1, and the sync that DDP paid against the
+# α-β allreduce of the same bytes.
 
 # %%
-from pathlib import Path
-
 saved = next(
     p / "benchmarks/prediction-cpu.txt"
     for p in [Path.cwd(), *Path.cwd().parents]
@@ -338,36 +307,30 @@ print(saved.read_text())
 # %% [markdown]
 # At one rank the prediction is the measurement by construction. At two, the model comes in short,
 # and the columns say where. Two ranks on one CPU slow each other's computation down: they share
-# its memory bandwidth and caches, which no term of the model describes. And the sync that DDP
-# pays is longer than a bare allreduce of the same bytes: DDP copies each gradient into its bucket
-# and back and divides by the world size, passes over the whole gradient that the α-β model leaves
-# out (`gradient_as_bucket_view=True` saves the copy back). With the computation measured at two
-# ranks in place of the 1-rank one (the last column), the prediction comes closer; what remains is
-# the sync term. Those two terms, not α or β, are what a better CPU model would add.
+# its memory bandwidth and caches, which no term of the model describes, and which the scale model's
+# waits do not have. And the sync that DDP pays is longer than a bare allreduce of the same bytes:
+# DDP copies each gradient into its bucket and back and divides by the world size, passes over the
+# whole gradient that the α-β model leaves out (`gradient_as_bucket_view=True` saves the copy back).
+# On a CPU rank those passes take the same core as the computation, so nothing overlaps.
 
 # %% [markdown]
-# Over a network the same comparison holds, link by link: the gradient accumulation page measures
-# this compute-heavy model over a 1 Gbit/s and a 100 Mbit/s link, where two nodes at one micro-batch
-# per step are slower than one, and accumulation wins it back.
-
-# %% [markdown]
-# **Exercise.** With the same network, how many samples per rank would the sync-heavy model need
-# for its 2-rank speedup to reach 1.8? Use `simulate()` with larger `micro_batch` values.
+# **Exercise.** On the same links, how many micro-batches per step would the ResNet-50 job need for
+# 8 workers to reach 6×? Use the cost model with the scale model's workload and fitted network.
 #
 # <details><summary>Solution</summary>
 #
-# Speedup at 2 = 2 × compute / (compute + sync), which is 1.8 when the computation is 9 times the
-# sync. The sync does not change with the batch, so multiply the samples per rank until the
-# computation is 9 × the sync printed by `simulate(work, [2], net)[0].sync`: a loop over
-# `micro_batch` in 8, 16, 32, ... finds it. Accumulating micro-batches under `no_sync()` has the
-# same effect without the memory of a larger batch.
+# A point of the run knows its workload (`distdocs.emulated.Point(...).workload()`) and the record
+# keeps the fitted α and β (`alpha_s`, `beta_s_per_byte`). The sync at 8 workers does not change
+# with the micro-batches, and the compute grows with them, so raise `accumulation` in 4, 8, 16, ...
+# until `8 * step_time(one, 1, net).step / step_time(eight, 8, net).step` passes 6. A larger batch
+# per GPU has the same effect, if it fits in memory.
 #
 # </details>
 #
 # **What you learned**
 #
-# - A step is computation plus the sync that does not hide; only the computation shrinks per sample
-#   as workers are added.
-# - The α-β model, fitted to a few allreduce timings, predicts where a model turns sync-bound.
-# - On CPUs the sync does not overlap the backward pass; on GPUs it mostly does, and the model says
-#   how much.
+# - A step is computation plus the sync that does not hide; only the computation grows with the
+#   samples each worker takes per step, so only it pays for more workers.
+# - The α-β model, fitted to two allreduce timings on the links, predicts every point of a run at 1
+#   to 8 workers, DDP's buckets and overlap included.
+# - A sync-bound job gets its speedup back from more work per sync: accumulation, or a larger batch.

@@ -5,7 +5,7 @@ and synchronization.
 The batch per rank stays fixed (weak scaling), so n ranks do n times the work of one. The compute
 time is the same step with DDP's all_reduces switched off (`no_sync()`); sync is the difference.
 World sizes above the core count are oversubscribed: the ranks then share cores, and the table says
-so. `plot` draws the speedup against the number of ranks from the saved records.
+so.
 """
 
 from __future__ import annotations
@@ -118,37 +118,3 @@ def format_table(records: list[dict], machine: dict) -> str:
             f"{r['samples_per_s']:>9.0f} {r['speedup']:>6.2f}x"
         )
     return "\n".join(lines)
-
-
-def plot(records: list[dict], machine: dict) -> str:
-    """The speedup against the number of ranks, one line per model and accumulation count, as SVG
-    text that depends only on the records (no date or random ids of its own)."""
-    from distdocs.figures import pyplot, to_svg
-
-    fig, ax = pyplot().subplots(figsize=(6.4, 4.2))
-    sizes = sorted({r["world_size"] for r in records})
-    ax.plot(sizes, sizes, color="0.6", linestyle="--", label="ideal: n ranks, n times the samples")
-    for (model, k), style in zip(
-        sorted({(r["model"], r["accumulation"]) for r in records}), ["o-", "o--", "s-", "s--"]
-    ):
-        mine = [r for r in records if (r["model"], r["accumulation"]) == (model, k)]
-        ax.plot(
-            [r["world_size"] for r in mine],
-            [r["speedup"] for r in mine],
-            style,
-            label=f"{model}, {'no accumulation' if k == 1 else f'accumulating {k} micro-batches'}",
-        )
-    cores = records[0]["cores"]
-    if max(sizes) > cores:  # shade the world sizes above the core count
-        ax.axvspan(cores + 0.5, max(sizes) + 0.25, color="0.92", zorder=0)
-        ax.text(max(sizes) + 0.2, 0.2, "more ranks than cores", ha="right", fontsize=8, color="0.4")
-    ax.set(
-        xlabel="ranks (data-parallel processes)",
-        ylabel="speedup in samples/s over 1 rank",
-        xticks=sizes,
-        ylim=(0, max(sizes) + 0.5),
-    )
-    ax.set_title(f"{machine['cpu']}, {machine['cores']} cores, torch {machine['torch']}, {machine['date']}", fontsize=8)
-    ax.legend(fontsize=8, loc="upper left")
-    fig.tight_layout()
-    return to_svg(fig)
