@@ -160,7 +160,7 @@ def test_detail_names_a_stuck_rank_only_at_the_groups_timeout(command_runs):
     assert 5 <= result.elapsed_s < 45, result.describe()
 
 
-UNEVEN = REPO / "examples/debugging/step09_uneven_pipeline.py"
+UNEVEN_PIPELINE = REPO / "examples/debugging/step09_uneven_pipeline.py"
 STAGE = re.compile(r"^\s+(\d)\s+(\d)\s+([\d.]+) MiB\s+([\d.]+) MiB\s+[\d.]+$", re.M)
 
 
@@ -168,7 +168,7 @@ STAGE = re.compile(r"^\s+(\d)\s+(\d)\s+([\d.]+) MiB\s+([\d.]+) MiB\s+[\d.]+$", r
 def test_the_heavy_stage_of_an_uneven_pipeline_holds_three_times_the_bytes(command_runs):
     """The guide's "out of memory on one rank": 8 blocks split 6:2, so stage 0 holds 3 times the
     parameter bytes and keeps 3 times the activation bytes of stage 1; bytes, the same on any machine."""
-    out = command_runs.run_ok(example_command(UNEVEN)).stdout
+    out = command_runs.run_ok(example_command(UNEVEN_PIPELINE)).stdout
     stages = {int(s): (int(b), float(p), float(a)) for s, b, p, a in STAGE.findall(out)}
     (b0, p0, a0), (b1, p1, a1) = stages[0], stages[1]
     assert (b0, b1) == (6, 2), out
