@@ -227,3 +227,22 @@ def test_the_hierarchy_command_on_the_page_predicts_both_allreduces(command_runs
     hsdp = re.findall(r"HSDP, node \d: +\d+ \(([\d.]+) x the gradient\)", result.stdout)
     # What crosses: the all_reduce of each rank's half (S/2 each, 2 ranks a node) and TCP/IP's overhead.
     assert len(hsdp) == 2 and all(1.0 <= float(x) <= 1.15 for x in hsdp), result.describe()
+
+
+@pytest.mark.processes
+def test_an_ordinary_user_can_build_a_dialled_link_inside_a_user_namespace():
+    """The appendix's "Without root": where the kernel allows unprivileged user namespaces, an ordinary
+    user gets the namespaces, the veth pair and tbf that distdocs.links builds, inside a user namespace
+    of their own with a private /run (the overview's `unshare --user --map-root-user --net --mount`).
+    Run as nobody, dropped from root: what a reader without root would do, step by step."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root, to drop to nobody and show what an ordinary user can do")
+    steps = (
+        "mount -t tmpfs none /run && ip netns add a && ip -n a link add name p0 type veth peer name p1"
+        " && ip netns exec a tc qdisc add dev p0 root tbf rate 100mbit burst 65536 latency 100ms"
+        " && ip netns exec a tc qdisc show dev p0"
+    )
+    command = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+    command += ["unshare", "--user", "--map-root-user", "--net", "--mount", "sh", "-c", steps]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=60, cwd="/tmp")
+    assert result.returncode == 0 and "tbf" in result.stdout and "rate 100Mbit" in result.stdout, result

@@ -67,20 +67,22 @@ def throughput(points: dict, case: str, n: int, k: int) -> float:
 
 
 @pytest.mark.processes  # the test tiers: see the testing page
-def test_every_point_is_predicted_within_10_percent_and_the_median_within_5(live):
-    """The cost model, from the α and β fitted on the same links, the workload and DDP's buckets; the
-    ratios of one run alone and of one inside the suite are in the issue's closing note."""
+def test_every_point_is_predicted_within_10_percent_and_the_median_within_5(live, record_property):
+    """The cost model, from the α and β fitted on the same links, the workload and DDP's buckets. The
+    ratios go to the JUnit report (`--junitxml`), so that a run inside the whole suite can be read."""
     ratios = {key: p["predicted"] / p["step"] for key, p in live["points"].items()}
+    record_property("ratios", {"/".join(map(str, key)): round(r, 3) for key, r in ratios.items()})
+    record_property("cost", {"wall_s": live["wall_s"], "cpu_s": live["cpu_s"]})
     off = {key: round(r, 3) for key, r in ratios.items() if abs(r - 1) > 0.10}
     assert not off, f"points the model misses by more than 10%: {off}\n{live['out']}"
     assert abs(statistics.median(ratios.values()) - 1) <= 0.05, live["out"]
 
 
 @pytest.mark.processes
-def test_the_live_run_costs_at_most_40_s_of_cpu(live):
-    """The emulated compute is a wait, so the run's CPU is start-up, gloo and the links (the wall time,
-    about 35 s alone, is in the output)."""
-    assert live["cpu_s"] <= 40, live["out"]
+def test_the_live_run_costs_at_most_60_s_of_wall_time_and_40_s_of_cpu(live):
+    """The emulated compute is a wait, so the run's CPU is start-up, gloo and the links; its wall time
+    is mostly the steps' own (about 40 s alone)."""
+    assert live["wall_s"] <= 60 and live["cpu_s"] <= 40, live["out"]
 
 
 @pytest.mark.processes
@@ -95,8 +97,8 @@ def test_a_compute_bound_job_scales_almost_ideally(live):
 @pytest.mark.processes
 def test_a_sync_bound_job_flattens_and_eight_workers_gain_little_over_four(live):
     """The overview's sync-bound job, its global batch held at 8 micro-batches (8 workers x 1, 4 x 2,
-    2 x 4, 1 x 8): each doubling of the workers gains less than the one before, and 8 workers gain
-    less than 1.2x over 4 (the model: about 1.05x). With the batch per worker fixed instead, a ring
+    2 x 4, 1 x 8): each doubling of the workers gains less than the one before (the model: 1.21x,
+    1.10x, 1.05x), and 8 workers gain less than 1.2x over 4. With the batch per worker fixed instead, a ring
     cannot flatten that far: 2(n-1)/n of the bytes grows by 7/6 from 4 to 8, so 8 always gain more
     than 1.7x over 4; what falls there is the gain per worker."""
     p = live["points"]
@@ -326,3 +328,38 @@ def json_machine() -> dict:
     import json
 
     return json.loads(SAVED.read_text())["machine"]
+
+
+@pytest.mark.fast
+def test_the_saved_two_level_run_says_what_the_appendix_and_collectives_say():
+    """ "DDP's one flat ring then takes as long a step as on 8 nodes of one, within a few percent, and
+    the cost model predicts the same time for both": 8 workers on 2 nodes of 4 (loopback dialled to 10
+    times the link between) against 8 nodes of one, at each micro-batch count the sweep ran."""
+    records = saved_records()
+    two = {r["accumulation"]: r for r in records if r["case"] == "two-level"}
+    flat = {
+        r["accumulation"]: r
+        for r in records
+        if r["case"] == "production" and r["workers"] == 8 and r["link"] == bench.LIVE_LINK
+    }
+    assert set(two) == {1, 4} and all(r["nodes"] == bench.NODES and r["workers"] == 8 for r in two.values())
+    assert all(r["inside_link"] == bench.INSIDE_LINK for r in two.values())
+    for k, r in two.items():
+        assert r["predicted_s"] == pytest.approx(flat[k]["predicted_s"], rel=1e-3)  # the slowest link sets it
+        assert abs(r["measured_s"] / flat[k]["measured_s"] - 1) <= 0.05 and abs(r["ratio"] - 1) <= 0.10
+
+
+@pytest.mark.fast
+def test_every_page_that_draws_or_runs_the_scale_model_says_what_is_emulated_in_one_sentence():
+    """Wherever its measurements appear, the reader is told the same sentence: compute is a wait;
+    the bytes, the collectives, the overlap and the link are real."""
+    sentence = "compute is a wait; the bytes, the collectives, the overlap and the link are real"
+    pages = sorted((REPO / "docs").rglob("*.md")) + sorted((REPO / "docs/lab").glob("*.py"))
+    shows = [p for p in pages if re.search(r"assets/emulated-|bench emulated|bench\", \"emulated", p.read_text())]
+    assert len(shows) >= 5, shows
+
+    def said(page) -> str:  # lower case, one space, no emphasis, no notebook comment marks
+        return " ".join(re.sub(r"^# ?", "", page.read_text(), flags=re.M).replace("*", "").lower().split())
+
+    silent = [str(p.relative_to(REPO)) for p in shows if sentence not in said(p)]
+    assert not silent, f"pages that show the scale model without saying what is emulated: {silent}"

@@ -136,14 +136,19 @@ class Node:
 
 class Network:
     """`nodes` namespaces on one switch; with `rate` (tc's spelling: 100mbit, 1gbit), every node's
-    link to the switch carries at most that much in each direction. Use it as a context manager."""
+    link to the switch carries at most that much in each direction. With `inside`, the link inside
+    each node is dialled too: its loopback, which carries the traffic between ranks of one node.
+    Use it as a context manager."""
 
-    def __init__(self, nodes: int, rate: str | None = None) -> None:
+    def __init__(self, nodes: int, rate: str | None = None, inside: str | None = None) -> None:
         global _created
         if nodes < 1 or nodes > 250:
             raise ValueError(f"nodes: {nodes}, expected 1 to 250")
         self.rate = rate
         self.rate_bits = rate_bits(rate) if rate else None
+        self.inside = inside
+        if inside:
+            rate_bits(inside)
         _created += 1
         self.name = f"{PREFIX}-{os.getpid()}-{_created}"
         self.switch = f"{self.name}-sw"
@@ -188,6 +193,8 @@ class Network:
                 if self.rate_bits:
                     for ns, dev in ((n.namespace, "eth0"), (self.switch, port)):
                         self._limit(ns, dev)
+                if self.inside:
+                    self._limit(n.namespace, "lo", rate=self.inside)
         except BaseException:
             self.close()
             raise
@@ -204,11 +211,12 @@ class Network:
             for ns, dev in ((n.namespace, "eth0"), (self.switch, f"p{n.index}")):
                 self._limit(ns, dev, "replace")
 
-    def _limit(self, namespace: str, dev: str, how: str = "add") -> None:
-        bucket = burst_bytes(self.rate)
+    def _limit(self, namespace: str, dev: str, how: str = "add", rate: str | None = None) -> None:
+        rate = rate or self.rate
+        bucket = burst_bytes(rate)
         try:
             _sh("ip", "netns", "exec", namespace, "tc", "qdisc", how, "dev", dev, "root", "tbf",
-                "rate", self.rate, "burst", str(bucket), "latency", "100ms")  # fmt: skip
+                "rate", rate, "burst", str(bucket), "latency", "100ms")  # fmt: skip
         except LinkError as err:
             raise LinkError(f"tc could not limit a link's rate with tbf: {err}") from None
 

@@ -10,7 +10,8 @@ every point from them and the workload: S, T, k and DDP's buckets.
 With no workload flags it measures the live subset: the production case (below) at 1, 2, 4 and 8
 workers with 1 and 4 micro-batches per step, and at 2 and 8 micro-batches where the global batch
 is held at 8; and a compute-bound model. `--sweep` measures what the pages draw: three link rates,
-up to 16 micro-batches, and DDP's bucket_cap_mb.
+up to 16 micro-batches, DDP's bucket_cap_mb, and the same 8 workers on 2 nodes of 4, whose loopback is
+dialled to 10 times the link between the nodes (`distdocs.links.Network(inside=...)`).
 
 The production case is ResNet-50 trained on V100s in FP32 over 1 Gbit/s Ethernet, one GPU per node:
 367 images/s at 112 per GPU (NVIDIA's DeepLearningExamples, ResNet50 v1.5 for PyTorch, DGX-1 16GB,
@@ -52,6 +53,9 @@ BUCKET_CAPS = (1 / 16, 1 / 8, 1 / 4, 1 / 2, 1.0, 2.0)
 FIT_SIZES = (4, MiB)
 FIT_WORKERS = (2, 8)
 GLOO_LANES = 2  # ProcessGroupGloo's worker threads: DDP's bucket allreduces run two at a time
+# Two levels: 2 nodes of 4 workers, the link inside a node (its loopback) 10 times the one between, as
+# NVLink is many times a node's network card; at the live link, with 1 and 4 micro-batches.
+NODES, PER_NODE, INSIDE_LINK = 2, 4, "1gbit"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -103,8 +107,12 @@ def main(args: argparse.Namespace, progress=None) -> list[dict]:
             links.rate_bits(rate)
         except ValueError as e:
             raise UsageError(f"--link: {e}") from None
+    try:
+        links.check_can_build()
+    except links.LinkError as e:
+        raise UsageError(str(e)) from None
     if args.sweep:
-        by_link = {rate: sweep_points(rate) for rate in rates}
+        return run({rate: sweep_points(rate) for rate in rates}, args.steps, progress, two_level=True)
     elif custom or args.bucket_mb:
         workers = parse_list(args.workers or "1,2,4,8", int, "--workers", minimum=1)
         require(max(workers) <= 8 and 1 in workers, "--workers: 8 at most, and 1 among them (the baseline)")
@@ -122,19 +130,16 @@ def main(args: argparse.Namespace, progress=None) -> list[dict]:
         by_link = {rate: points for rate in rates}
     else:
         by_link = {rate: live_points() for rate in rates}
-    try:
-        links.check_can_build()
-    except links.LinkError as e:
-        raise UsageError(str(e)) from None
     return run(by_link, args.steps, progress)
 
 
-def run(by_link: dict[str, list[Point]], steps: int = 3, progress=None) -> list[dict]:
+def run(by_link: dict[str, list[Point]], steps: int = 3, progress=None, two_level: bool = False) -> list[dict]:
     """Measure every point at its link rate, on one network and one world; return the records, each
-    with its prediction and its speedup over 1 worker."""
+    with its prediction and its speedup over 1 worker. With `two_level`, then the production case at
+    8 workers on NODES nodes of PER_NODE, at the live link rate (or the first, without it)."""
     size = max(max(p.workers for p in points) for points in by_link.values())
     size = max(size, *FIT_WORKERS)
-    records = []
+    records, fits = [], {}
     start, cpu = time.monotonic(), _cpu_seconds()
     with links.Network(size, next(iter(by_link))) as net:
         with World(size, timeout_s=900, namespaces=[n.namespace for n in net.nodes]) as world:
@@ -147,8 +152,31 @@ def run(by_link: dict[str, list[Point]], steps: int = 3, progress=None) -> list[
                 fit = replace(fit, network=replace(fit.network, concurrent=GLOO_LANES))
                 for found in world.run(measure, points, steps)[0]:
                     records.append(_record(found, rate, fit))
+                fits[rate] = fit
+    if two_level:
+        rate = LIVE_LINK if LIVE_LINK in by_link else next(iter(by_link))
+        if progress:
+            progress(f"{NODES} nodes of {PER_NODE} workers: {rate} between, {INSIDE_LINK} inside")
+        records += measure_two_level(rate, fits[rate], steps)
     cost = {"run_wall_s": time.monotonic() - start, "run_cpu_s": _cpu_seconds() - cpu}
     return with_speedups([{**r, **cost} for r in records])
+
+
+def measure_two_level(rate: str, between: costmodel.Fit, steps: int) -> list[dict]:
+    """The production case at NODES x PER_NODE workers, with 1 and 4 micro-batches: DDP's one flat
+    ring over all of them, numbered node by node. α and β inside a node are fitted on its loopback
+    (the first node's 2 and 4 workers); between the nodes, `between` (the same link, fitted with one
+    worker per node). The model prices each step of the flat ring at its slowest link."""
+    size = NODES * PER_NODE
+    points = [Point(size, k, **PRODUCTION, case="two-level") for k in (1, 4)]
+    with links.Network(NODES, rate, inside=INSIDE_LINK) as net:
+        places = [node.namespace for node in net.nodes for _ in range(PER_NODE)]
+        with World(size, timeout_s=900, namespaces=places) as world:
+            timings = world.run(allreduce_timings, list(FIT_SIZES), [2, PER_NODE])[0]
+            inside = costmodel.fit_alpha_beta(timings)
+            inside = replace(inside, network=replace(inside.network, concurrent=GLOO_LANES))
+            found = world.run(measure, points, steps)[0]
+    return [_record(f, rate, between, inside=(inside, INSIDE_LINK)) for f in found]
 
 
 def _cpu_seconds() -> float:
@@ -157,14 +185,17 @@ def _cpu_seconds() -> float:
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
-def _record(found: dict, link: str, fit: costmodel.Fit) -> dict:
+def _record(found: dict, link: str, fit: costmodel.Fit, inside: tuple[costmodel.Fit, str] | None = None) -> dict:
+    """One point's record: `fit` is the link between the nodes; with `inside` (its fit and rate), the
+    workers fill nodes of PER_NODE."""
     point = Point(**{k: found[k] for k in asdict(Point(1, 1, 4, 1.0))})
-    predicted = costmodel.step_time(point.workload(), point.workers, fit.network)
+    per_node, inside_net = (PER_NODE, inside[0].network) if inside else (1, None)
+    predicted = costmodel.step_time(point.workload(), point.workers, fit.network, "ring", per_node, inside_net)
     steps = found["steps_s"]
     record = {
         "case": point.case,
         "workers": point.workers,
-        "nodes": point.workers,
+        "nodes": point.workers // per_node,
         "link": link,
         "accumulation": point.accumulation,
         "gradient_bytes": point.gradient_bytes,
@@ -188,6 +219,12 @@ def _record(found: dict, link: str, fit: costmodel.Fit) -> dict:
         "beta_s_per_byte": fit.network.beta,
         "fit_rms": fit.relative_rms,
     }
+    if inside:
+        record.update(
+            inside_link=inside[1],
+            inside_alpha_s=inside[0].network.alpha,
+            inside_beta_s_per_byte=inside[0].network.beta,
+        )
     record["microbatches_per_s"] = point.workers * point.accumulation / record["measured_s"]
     record["ratio"] = record["predicted_s"] / record["measured_s"]
     return record
@@ -198,7 +235,8 @@ def with_speedups(records: list[dict]) -> list[dict]:
     and accumulation, measured and predicted."""
 
     def key(r: dict) -> tuple:
-        return (r["case"], r["link"], r["bucket_mb"], r["accumulation"])
+        case = "production" if r["case"] == "two-level" else r["case"]  # the same job, on fewer nodes
+        return (case, r["link"], r["bucket_mb"], r["accumulation"])
 
     one = {key(r): r for r in records if r["workers"] == 1}
     for r in records:
@@ -213,9 +251,12 @@ def format_table(records: list[dict], machine: dict) -> str:
     from distdocs.bench.harness import machine_line, table
 
     first = records[0]
+    nodes = "one worker per node"
+    if inside := {r["inside_link"] for r in records if "inside_link" in r}:
+        nodes += f" (two-level: {NODES} nodes of {PER_NODE}, {', '.join(sorted(inside))} inside a node)"
     setup = (
-        f"emulated accelerators: compute is a wait, backward {first['backward_share']:.2f} of it; one worker "
-        "per node; predicted = distdocs.costmodel with alpha and beta fitted on the same links"
+        f"emulated accelerators: compute is a wait, backward {first['backward_share']:.2f} of it; {nodes}; "
+        "predicted = distdocs.costmodel with alpha and beta fitted on the same links"
     )
     columns = [
         ("case", 13),
