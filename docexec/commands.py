@@ -10,7 +10,6 @@ import os
 import pickle
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -21,32 +20,26 @@ from pathlib import Path
 
 import pytest
 
-from distdocs.doctor import command_line, pids, process_stat
+from distdocs.processes import kill_session, wait_for_session_to_end
 
 from docexec.fences import REPO
+from docexec.rule import EXIT_0, Expected, problems
 
 COMMAND_TIMEOUT_S = 180
-EXIT_CRASH_MARKERS = ("terminate called", "SIGABRT", "Signal 6", "core dumped")
-# Every launched Python process imports docexec/exit_probe/sitecustomize.py, which prints this at exit if a
-# process group outlived destroy_process_group (the cause of the crash at exit).
 EXIT_PROBE = Path(__file__).resolve().parent / "exit_probe"
-GROUP_OUTLIVED = "gloo threads outlived destroy_process_group"
-# Commands whose process group outlives destroy_process_group for a reason outside this repository, with
-# the reason. The exit soak (make exit-soak) launches each of them and counts its aborts, and a test in
-# test_normal_exit.py fails the day the reason no longer holds.
-GROUP_OUTLIVES_DESTROY = {
-    "examples/launchers/step02_deepspeed_zero.py --zero-stage 3": (
-        "DeepSpeed 0.19.8's ZeRO-3 keeps its parameters, which hold the group, alive after engine.destroy() "
-        "and a garbage collection"
-    ),
-}
 EXAMPLE_PATH = re.compile(r"\bexamples/[\w/]+\.py\b")
-# The distdocs pieces an example may import, because its page builds them: the ring, BucketedDDP,
-# gpipe_step, the checkpoint writer, and the timers the debugging guide shares with the benchmarks. They
-# import nothing from distdocs but each other.
-ALLOWED_IN_EXAMPLES = ("collectives", "ddp", "pipeline", "checkpoint", "timing", "attention")
+# The distdocs modules an example may import, each for the reason given: a piece its page builds, or
+# one the page measures with. They import nothing from distdocs but each other, so that a reader who
+# copies an example and `pip install -e .` gets all an example needs.
+ALLOWED_IN_EXAMPLES = {
+    "collectives": "the ring, tree and naive allreduces that the collectives page builds from messages",
+    "ddp": "BucketedDDP, the data-parallel wrapper that Inside DDP builds from hooks and buckets",
+    "pipeline": "gpipe_step, the schedule that the pipeline page writes by hand",
+    "attention": "ring_attention, which the context-parallelism page builds",
+    "checkpoint": "the atomic save and retention that the checkpointing page builds and the examples reuse",
+    "timing": "the step and slowest-rank timers the debugging guide shares with the benchmarks",
+}
 
-KILL_GRACE_S = 3.0
 # Helpers that end on their own once their parent has gone (multiprocessing's resource tracker, say)
 # get this long before they count as left behind.
 LINGER_S = 2.0
@@ -72,31 +65,6 @@ class CommandResult:
         parts.append("--- stdout (end) ---\n" + self.stdout[-tail:])
         parts.append("--- stderr (end) ---\n" + self.stderr[-tail:])
         return "\n".join(parts)
-
-
-def session_members(sid: int) -> list[tuple[int, str]]:
-    """The live processes in session `sid` (Linux /proc), as (pid, command line); zombies are over."""
-    members = []
-    for pid in pids():
-        stat = process_stat(pid)
-        if stat is not None and stat.state != "Z" and stat.session == sid:
-            members.append((pid, command_line(pid)))
-    return members
-
-
-def kill_session(sid: int) -> list[str]:
-    """SIGTERM, then SIGKILL, every process of session `sid`; return what was found alive."""
-    found = session_members(sid)
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pid, _ in session_members(sid):
-            try:
-                os.kill(pid, sig)
-            except ProcessLookupError:
-                pass
-        deadline = time.monotonic() + KILL_GRACE_S
-        while session_members(sid) and time.monotonic() < deadline:
-            time.sleep(0.05)
-    return [f"{pid} {cmd}" for pid, cmd in found]
 
 
 def run_command(
@@ -125,9 +93,7 @@ def run_command(
             timed_out = True
             kill_session(proc.pid)
             proc.wait()
-        deadline = time.monotonic() + LINGER_S
-        while session_members(proc.pid) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_for_session_to_end(proc.pid, LINGER_S)
         leftovers = kill_session(proc.pid)
         out.seek(0)
         err.seek(0)
@@ -301,13 +267,7 @@ class CommandRuns:
     def run_failing(self, command: str, exit_code: int, within_s: float, busy_port: int | None = None) -> CommandResult:
         """Run a command that is meant to fail, and fail the test unless it ended with `exit_code`
         within `within_s` seconds, leaving nothing behind and without aborting."""
-        result = self.run(command, busy_port=busy_port)
-        problems = []
-        if result.timed_out or result.elapsed_s > within_s:
-            problems.append(f"took {result.elapsed_s:.1f} s, over the {within_s} s it must end within")
-        if result.returncode != exit_code:
-            problems.append(f"exit code {result.returncode}, not {exit_code}")
-        return _fail_unless_clean(result, problems)
+        return _fail_on_problems(self.run(command, busy_port=busy_port), Expected(exit_code, within_s))
 
     def run_usage_error(self, command: str, message: str) -> CommandResult:
         """Run a command given impossible settings, and fail the test unless it refused them the way
@@ -315,44 +275,34 @@ class CommandRuns:
         2 (which torchrun reports as the rank's exitcode), no traceback from the script, and nothing
         left behind."""
         result = self.run(command)
-        problems = []
-        if result.timed_out:
-            problems.append(f"timed out after {COMMAND_TIMEOUT_S} s")
+        torchrun = "torchrun " in command
+        # Under torchrun the launcher's own exit code is 1 when a rank exits with 2: its report says 2.
+        found = problems(result, Expected(exit_code=1 if torchrun else 2))
         said = result.stderr.splitlines().count(message)
         if said != 1:
-            problems.append(f"said {message!r} {said} times, not once")
-        if "torchrun " in command:
-            if result.returncode == 0 or "exitcode  : 2" not in result.stderr:
-                problems.append(f"exit code {result.returncode}, and torchrun reports no rank that exited with 2")
-        elif result.returncode != 2:
-            problems.append(f"exit code {result.returncode}, not 2")
+            found.append(f"said {message!r} {said} times, not once")
+        if torchrun and "exitcode  : 2" not in result.stderr:
+            found.append("torchrun reports no rank that exited with 2")
         for script in {Path(p).name for p in EXAMPLE_PATH.findall(command)}:
             if f'{script}", line' in result.stderr:
-                problems.append(f"{script} printed a traceback")
-        return _fail_unless_clean(result, problems)
+                found.append(f"{script} printed a traceback")
+        return _fail_with(result, found)
 
-    def run_ok(self, command: str, gpu: bool = False, busy_port: int | None = None) -> CommandResult:
-        """Run, and fail the test unless it exited 0, in time, cleanly, leaving nothing behind, with every
-        process group freed by its destroy_process_group."""
-        result = self.run(command, gpu, busy_port)
-        problems = []
-        if result.timed_out:
-            problems.append(f"timed out after {COMMAND_TIMEOUT_S} s")
-        elif result.returncode != 0:
-            problems.append(f"exit code {result.returncode}")
-        if GROUP_OUTLIVED in result.stderr and not any(known in command for known in GROUP_OUTLIVES_DESTROY):
-            problems.append("a process group outlived destroy_process_group: its gloo threads race the exit")
-        return _fail_unless_clean(result, problems)
+    def run_ok(
+        self, command: str, gpu: bool = False, busy_port: int | None = None, expected: Expected = EXIT_0
+    ) -> CommandResult:
+        """Run, and fail the test unless the run shows what `expected` says (by default: exit code 0),
+        in time, leaving nothing behind, with every process group freed by its destroy_process_group
+        (docexec.rule)."""
+        return _fail_on_problems(self.run(command, gpu, busy_port), expected)
 
 
-def _fail_unless_clean(result: CommandResult, problems: list[str]) -> CommandResult:
-    """Add what every run must avoid (processes left behind, an abort) to `problems`; fail the
-    test with the run's report if there are any, else return the result."""
-    if result.leftovers:
-        problems.append("left processes running")
-    crash = [m for m in EXIT_CRASH_MARKERS if m in result.stderr]
-    if crash:
-        problems.append(f"a process aborted ({crash[0]!r} in stderr)")
-    if problems:
-        pytest.fail("; ".join(problems) + "\n" + result.describe(), pytrace=False)
+def _fail_on_problems(result: CommandResult, expected: Expected) -> CommandResult:
+    return _fail_with(result, problems(result, expected))
+
+
+def _fail_with(result: CommandResult, found: list[str]) -> CommandResult:
+    """Fail the test with the run's report if anything was found; else return the result."""
+    if found:
+        pytest.fail("; ".join(found) + "\n" + result.describe(), pytrace=False)
     return result

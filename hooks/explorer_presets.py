@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from distdocs.costmodel import PRESETS, load_fit
-from distdocs.links import rate_bits
+from distdocs.lab.links import rate_bits
 
 PLACEHOLDER = "<!-- explorer-presets -->"
 SAVED_RUN = Path(__file__).resolve().parent.parent / "benchmarks" / "allreduce-cpu.json"

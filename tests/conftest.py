@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from distdocs.lab.world import forked_cpu_seconds
+
 from docexec.commands import CommandRuns, command_env, file_lock, run_command
 from docexec.fences import REPO
 from tools.browser import CHROMIUM, launch_chromium, serve_directory
@@ -65,8 +67,10 @@ def command_runs(tmp_path_factory) -> CommandRuns:
 
 
 def _cpu_seconds() -> float:
+    """This process's CPU, its ended children's, and that of the World ranks it had forked (their
+    forkserver reaps them, so RUSAGE_CHILDREN does not see them)."""
     own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime + forked_cpu_seconds()
 
 
 @pytest.hookimpl(wrapper=True)

@@ -9,6 +9,7 @@ import json
 import pytest
 
 from distdocs import cli
+from distdocs.arguments import UsageError, parse_size
 from distdocs.bench import (
     allreduce,
     buckets,
@@ -27,7 +28,6 @@ from distdocs.bench import (
 from distdocs.bench import slurm as slurm_bench
 from distdocs.bench import torchft as torchft_bench
 from distdocs.bench.harness import median_after_warmup
-from distdocs.cli import UsageError, parse_size
 from distdocs.costmodel import Network
 
 from docexec.fences import REPO

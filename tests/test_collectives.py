@@ -2,7 +2,7 @@
 any length (0 and 1 included), any shape, float32, float64, int64 and bfloat16, world sizes 1 to 4,
 and clear errors for bad input.
 
-Hypothesis draws the cases in this process and sends each to long-lived ranks (distdocs.world.World),
+Hypothesis draws the cases in this process and sends each to long-lived ranks (distdocs.lab.world.World),
 so that a failing case shrinks here while the ranks stay up.
 
 Tolerance. Integers must be bitwise equal. Floats: two ways of adding the same n numbers in another
@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from distdocs.collectives import naive_allreduce, node_groups, ring_allreduce, tree_allreduce, two_level_allreduce
-from distdocs.world import RankFailed, World
+from distdocs.lab.world import RankFailed, World
 
 pytestmark = pytest.mark.processes  # the test tier: see the testing page
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from docexec.commands import CommandRuns, run_command, session_members
+from distdocs.processes import session_members
+
+from docexec.commands import CommandRuns, run_command
 
 pytestmark = pytest.mark.processes  # the test tier: see the testing page
 

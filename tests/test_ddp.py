@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from distdocs.ddp import BucketedDDP
-from distdocs.world import RankFailed, spawn_world
+from distdocs.lab.world import RankFailed, spawn_world
 
 pytestmark = pytest.mark.processes  # the test tier: see the testing page
 

@@ -24,7 +24,7 @@ INLINE_COMMAND = re.compile(r"`((?:torchrun|python|distdocs) [^`]*)`")
 def gpu_skip(fence):
     if fence.gpu and not torch.cuda.is_available():
         pytest.skip("GPU tab: needs CUDA")
-    if "root" in fence.options and os.geteuid() != 0:  # a fence marked `root` builds networks (distdocs.links)
+    if "root" in fence.options and os.geteuid() != 0:  # a fence marked `root` builds networks (distdocs.lab.links)
         pytest.skip("needs root: it builds network namespaces")
 
 

@@ -12,24 +12,57 @@ import pytest
 import torch
 
 from docexec.fences import DOCS, REPO, all_examples, all_fences, classify
+from docexec.rule import Expected
 from tools import gpu_check
 
 
 @pytest.mark.fast
 def test_it_covers_every_gpu_tab_and_every_example():
-    names = [name for name, _ in gpu_check.items(gpus=1)]
+    names = [item.name for item in gpu_check.items(gpus=1)]
     tabs = [f.where for f in all_fences() if f.kind == "command" and f.gpu]
     assert tabs and set(tabs) <= set(names)
     assert {str(p.relative_to(REPO)) for p in all_examples()} <= set(names)
 
 
 @pytest.mark.fast
-def test_one_gpu_runs_each_example_at_world_size_1():
-    plan = dict(gpu_check.items(gpus=1))
-    assert plan["examples/data_parallel/step02_ddp.py"] == (
-        "torchrun --standalone --nproc_per_node=1 examples/data_parallel/step02_ddp.py"
-    )
-    assert all("--nproc_per_node=2" not in c and "--nproc_per_node=4" not in c for c in plan.values())
+def test_each_example_runs_at_its_pages_ranks_where_the_gpus_allow_and_at_one_per_gpu_elsewhere():
+    plan = {item.name: item for item in gpu_check.items(gpus=2)}
+    two = plan["examples/data_parallel/step02_ddp.py"]  # its page runs 2 ranks
+    assert (two.ranks_shown, two.ranks_run) == (2, 2) and two.expected.self_check
+    assert two.command == "torchrun --standalone --nproc_per_node=2 examples/data_parallel/step02_ddp.py"
+    four = plan["examples/in_production/step01_2d_mesh.py"]  # its page runs 4
+    assert (four.ranks_shown, four.ranks_run) == (4, 2) and "--nproc_per_node=2 " in four.command
+    tabs = [item for item in plan.values() if item.ranks_shown is None and not item.name.startswith("examples/")]
+    assert tabs and all(not item.expected.self_check for item in tabs)  # a tab's command runs as written
+
+
+@pytest.mark.processes
+def test_the_gpu_check_applies_the_tests_rule_and_fails_an_example_whose_self_check_did_not_print(
+    monkeypatch, tmp_path, capsys
+):
+    """On a faked two-GPU machine (torch.cuda patched in this process), with two stand-in examples that
+    both exit 0: the one that prints its self-check line passes, the one that does not fails, as under
+    the tests' own rule; the report says which ran at fewer ranks than its page shows."""
+    passes, silent = tmp_path / "passes.py", tmp_path / "silent.py"
+    passes.write_text('print("self-check passed")\n')
+    silent.write_text('print("trained, checked nothing")\n')
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda index=0: "a faked GPU")
+    monkeypatch.setattr(torch.cuda.nccl, "version", lambda: (2, 27, 3))
+    check = Expected(self_check=True)
+    plan = [
+        gpu_check.Item("examples/passes.py", f"python {passes}", check, ranks_shown=2, ranks_run=2),
+        gpu_check.Item("examples/silent.py", f"python {silent}", check, ranks_shown=4, ranks_run=2),
+    ]
+    monkeypatch.setattr(gpu_check, "items", lambda gpus: plan)
+    monkeypatch.setattr(gpu_check, "REPORT", tmp_path / "gpu-check.txt")
+    assert gpu_check.main() == 1
+    report = (tmp_path / "gpu-check.txt").read_text().splitlines()
+    assert report[0].startswith("# a faked GPU x 2, torch ")
+    assert report[1].startswith("examples/passes.py: passed in ")
+    assert report[2].startswith("examples/silent.py: FAILED at 2 of the 4 ranks its page shows in ")
+    assert "self-check did not finish" in report[2]
 
 
 @pytest.mark.processes

@@ -13,7 +13,7 @@ import pytest
 
 from distdocs.bench.compression import HOOKS, _train, payload_bytes, payload_calls
 from distdocs.costmodel import Network, Workload, step_time
-from distdocs.world import World
+from distdocs.lab.world import World
 
 from docexec.fences import REPO, classify
 

@@ -1,4 +1,4 @@
-"""distdocs.links and the appendix on the network emulation: a dialled link delivers its rate,
+"""distdocs.lab.links and the appendix on the network emulation: a dialled link delivers its rate,
 the α-β fit over it recovers that rate, the saved sweep the page draws says so too, and no namespace
 outlives its network. Building networks needs root; without it the tests that build one skip, saying
 so, and a bench run asking for a link fails with one line."""
@@ -13,9 +13,9 @@ import sys
 
 import pytest
 
-from distdocs import links
 from distdocs.bench.allreduce import link_fits
 from distdocs.bench.prediction import speedups
+from distdocs.lab import links
 
 from docexec.fences import REPO, classify
 
@@ -62,7 +62,7 @@ def test_no_namespace_outlives_a_network_that_failed_or_whose_builder_was_killed
     # A builder killed with SIGKILL cannot clean up: the next Network built on the machine does (the
     # child names what it built; another test's network may be the one that removes it first).
     build_then_die = (
-        "import os; from distdocs.links import Network, leftover_namespaces; net = Network(2, '100mbit').build(); "
+        "import os; from distdocs.lab.links import Network, leftover_namespaces; net = Network(2, '100mbit').build(); "
         "assert set(net.namespaces()) <= set(leftover_namespaces()); print(' '.join(net.namespaces()), flush=True); "
         "os.kill(os.getpid(), 9)"
     )
@@ -232,7 +232,7 @@ def test_the_hierarchy_command_on_the_page_predicts_both_allreduces(command_runs
 @pytest.mark.processes
 def test_an_ordinary_user_can_build_a_dialled_link_inside_a_user_namespace():
     """The appendix's "Without root": where the kernel allows unprivileged user namespaces, an ordinary
-    user gets the namespaces, the veth pair and tbf that distdocs.links builds, inside a user namespace
+    user gets the namespaces, the veth pair and tbf that distdocs.lab.links builds, inside a user namespace
     of their own with a private /run (the overview's `unshare --user --map-root-user --net --mount`).
     Run as nobody, dropped from root: what a reader without root would do, step by step."""
     if os.geteuid() != 0:

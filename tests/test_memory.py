@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from distdocs import cli
+from distdocs.lab.world import spawn_world
 from distdocs.memory import (
     GIB,
     SHARDED,
@@ -18,7 +19,6 @@ from distdocs.memory import (
     per_device_model_states,
     tensor_pipeline_split,
 )
-from distdocs.world import spawn_world
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from docexec.commands import GROUP_OUTLIVED, GROUP_OUTLIVES_DESTROY
+from docexec.rule import GROUP_OUTLIVED_MARKER, KNOWN_GROUP_OUTLIVERS, problems
 
 pytestmark = pytest.mark.processes  # the test tier: see the testing page
 
@@ -45,12 +45,15 @@ def test_the_exit_probe_reports_a_group_that_outlives_destroy(command_runs):
     """Every command the tests launch carries docexec/exit_probe; run_ok fails a run whose group
     outlived destroy_process_group. Here a script holds its group, as a library cache would."""
     result = command_runs.run("torchrun --standalone --nproc_per_node=2 tests/faulty_scripts/group_outlives_destroy.py")
-    assert result.stderr.count(GROUP_OUTLIVED) == 2, result.describe()  # one line per rank
+    assert result.stderr.count(GROUP_OUTLIVED_MARKER) == 2, result.describe()  # one line per rank
+    assert any("outlived destroy_process_group" in p for p in problems(result)), result.describe()
 
 
-@pytest.mark.parametrize("command", list(GROUP_OUTLIVES_DESTROY))
+@pytest.mark.parametrize("command", list(KNOWN_GROUP_OUTLIVERS))
 def test_a_known_group_that_outlives_destroy_still_does(command_runs, command):
-    """The exemptions in docexec/commands.py hold only while their reason does: the day this fails, the
+    """The exemptions in docexec/rule.py hold only while their reason does: the day this fails, the
     library fixed it; drop the exemption."""
     result = command_runs.run_ok(f"torchrun --standalone --nproc_per_node=2 {command}")
-    assert GROUP_OUTLIVED in result.stderr, f"{GROUP_OUTLIVES_DESTROY[command]}: no longer true\n{result.describe()}"
+    assert GROUP_OUTLIVED_MARKER in result.stderr, (
+        f"{KNOWN_GROUP_OUTLIVERS[command]}: no longer true\n{result.describe()}"
+    )

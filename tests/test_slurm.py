@@ -1,5 +1,5 @@
 """examples/multi_node/slurm_job.sh under a real slurmctld: the launch page's job script, submitted
-with sbatch to a cluster of three nodes in network namespaces (distdocs.slurm), runs the
+with sbatch to a cluster of three nodes in network namespaces (distdocs.lab.slurm), runs the
 fault-tolerant example across two of them and ends on the one-machine hash, and runs the converted
 script of the convert page as the launch page shows. Then, at a random moment
 each: a node is lost and SLURM requeues the job onto the nodes left; the job is preempted with USR1
@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from distdocs import links
 from distdocs.bench import slurm as bench
-from distdocs.slurm import Cluster, SlurmError, check_can_run
+from distdocs.lab import links
+from distdocs.lab.slurm import Cluster, SlurmError, check_can_run
 
 from docexec.commands import file_lock
 from docexec.fences import REPO, classify

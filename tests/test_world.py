@@ -1,4 +1,4 @@
-"""distdocs.world: spawned gloo ranks never hang, report the first failing rank's traceback, count a
+"""distdocs.lab.world: spawned gloo ranks never hang, report the first failing rank's traceback, count a
 crash at exit as a failure, and leave nothing running."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from distdocs.world import RankFailed, spawn_world
+from distdocs.lab.world import RankFailed, spawn_world
 
 pytestmark = pytest.mark.processes  # the test tier: see the testing page
 
@@ -78,6 +78,18 @@ def ddp_step(rank: int, world_size: int) -> bool:
 
 def test_a_world_that_trained_with_ddp_exits_cleanly():
     # The DDP model sits in reference cycles; the rank frees it before destroying the group, and
-    # spawn_world fails if any rank then aborts at exit.
-    for _ in range(3):
-        assert spawn_world(ddp_step, 2) == [True, True]
+    # spawn_world fails if gloo threads outlive the group: the cause of an abort at exit.
+    assert spawn_world(ddp_step, 2) == [True, True]
+
+
+HELD = []
+
+
+def hold_the_group(rank: int, world_size: int) -> bool:
+    HELD.append(dist.distributed_c10d._get_default_group())  # as a cache would: past destroy_process_group
+    return True
+
+
+def test_a_rank_whose_group_outlives_destroy_fails_the_world():
+    with pytest.raises(RankFailed, match="gloo threads outlived its destroy_process_group"):
+        spawn_world(hold_the_group, 2)

@@ -1,11 +1,15 @@
 """`make gpu-check`: the nccl half of "runs unchanged on GPUs", on a machine with CUDA.
 
-It runs every command in a GPU tab of the site, and every example through torchrun with nccl, one
-process per GPU, and writes benchmarks/gpu-check.txt: the machine, then a line per item with its
-result and its time. An example runs with as many ranks as its docstring asks for, or as there are
-GPUs if fewer (on one GPU, world size 1); one that needs exactly more ranks than that says so and is
-skipped, since nccl cannot put two ranks on one GPU. The whole check stops after 10 minutes; what it did not reach
-is listed as not run.
+It runs every command in a GPU tab of the site, and every example through torchrun with nccl, and
+writes benchmarks/gpu-check.txt: the machine, then a line per item with its result and its time.
+Each run is judged by the rule the tests apply (docexec.rule): exit code, timeout, processes left,
+an abort at exit, a process group that outlived its destroy, and, for an example, its
+"self-check passed" line.
+
+An example runs with the ranks its page shows (its docstring's command) where there are that many
+GPUs, one rank per GPU as nccl requires. Where there are fewer, it runs with one per GPU, and the
+report says so; one that needs exactly its page's count says so itself, and the report lists it as
+not run. The whole check stops after 10 minutes; what it did not reach is listed as not run.
 
 Without CUDA it says so in one line and exits 0.
 """
@@ -16,23 +20,55 @@ import datetime
 import re
 import sys
 import time
+from dataclasses import dataclass
 
-from docexec.commands import EXIT_CRASH_MARKERS, CommandRuns
+from docexec.commands import CommandRuns
 from docexec.fences import REPO, all_examples, all_fences, example_command
+from docexec.rule import EXIT_0, Expected, problems
 
 BUDGET_S = 600
 REPORT = REPO / "benchmarks/gpu-check.txt"
 NPROC = re.compile(r"--nproc_per_node=(\d+)")
+NEEDS_EXACTLY = "needs exactly"  # the examples' refusal of another world size (their usage_error)
 
 
-def items(gpus: int) -> list[tuple[str, str]]:
-    """(name, command) for every GPU-tab command, and every example with as many ranks as its
-    docstring asks for, or as there are GPUs if fewer: most examples run at any world size."""
-    out = [(f.where, f.command) for f in all_fences() if f.kind == "command" and f.gpu]
+@dataclass(frozen=True)
+class Item:
+    name: str
+    command: str
+    expected: Expected
+    ranks_shown: int | None = None  # the page's rank count, for an example
+    ranks_run: int | None = None
+
+
+def items(gpus: int) -> list[Item]:
+    """Every GPU-tab command, as written, then every example at the ranks its page shows, or at one
+    per GPU where there are fewer GPUs than that."""
+    out = [Item(f.where, f.command, EXIT_0) for f in all_fences() if f.kind == "command" and f.gpu]
     for script in all_examples():
-        command = NPROC.sub(lambda m: f"--nproc_per_node={min(int(m.group(1)), gpus)}", example_command(script))
-        out.append((str(script.relative_to(REPO)), command))
+        command = example_command(script)
+        counts = [int(n) for n in NPROC.findall(command)]  # a command of several launches: the largest
+        ranks = max(counts) if counts else None
+        run = min(ranks, gpus) if ranks else None
+        command = NPROC.sub(lambda m: f"--nproc_per_node={min(int(m.group(1)), gpus)}", command)
+        out.append(Item(str(script.relative_to(REPO)), command, Expected(self_check=True), ranks, run))
     return out
+
+
+def verdict(item: Item, result) -> tuple[str, bool]:
+    """The report's line for one run, and whether it failed."""
+    if item.ranks_shown and item.ranks_run < item.ranks_shown and NEEDS_EXACTLY in result.stderr:
+        return (
+            f"{item.name}: not run: its page runs {item.ranks_shown} ranks, one per GPU, on {item.ranks_run} GPU(s)",
+            False,
+        )
+    found = problems(result, item.expected)
+    fewer = ""
+    if item.ranks_shown and item.ranks_run < item.ranks_shown:
+        fewer = f" at {item.ranks_run} of the {item.ranks_shown} ranks its page shows"
+    if found:
+        return f"{item.name}: FAILED{fewer} in {result.elapsed_s:.1f} s: {'; '.join(found)}", True
+    return f"{item.name}: passed{fewer} in {result.elapsed_s:.1f} s", False
 
 
 def main() -> int:
@@ -48,23 +84,18 @@ def main() -> int:
     )
     runs, lines, failed = CommandRuns(), [machine], 0
     start = time.monotonic()
-    for name, command in items(gpus):
+    for item in items(gpus):
         if time.monotonic() - start > BUDGET_S:
-            lines.append(f"{name}: not run: the check's {BUDGET_S} s were spent")
+            lines.append(f"{item.name}: not run: the check's {BUDGET_S} s were spent")
             continue
-        result = runs.run(command, gpu=True)
-        if result.returncode == 2 and "needs exactly" in result.stderr:  # the example's own check
-            lines.append(f"{name}: skipped: it needs more ranks than the {gpus} GPU(s), one rank each under nccl")
-            print(lines[-1], flush=True)
-            continue
-        crashed = any(m in result.stderr for m in EXIT_CRASH_MARKERS)
-        ok = result.returncode == 0 and not result.timed_out and not result.leftovers and not crashed
-        failed += not ok
-        outcome = "passed" if ok else f"FAILED (exit {result.returncode}{', timed out' if result.timed_out else ''})"
-        lines.append(f"{name}: {outcome} in {result.elapsed_s:.1f} s")
-        print(lines[-1], flush=True)
+        line, bad = verdict(item, runs.run(item.command, gpu=True))
+        failed += bad
+        lines.append(line)
+        print(line, flush=True)
     REPORT.write_text("\n".join(lines) + "\n")
-    print(f"gpu-check: {failed} failed; report in {REPORT.relative_to(REPO)}")
+    fewer = sum(" of the " in line and ": passed" in line for line in lines)
+    where = REPORT.relative_to(REPO) if REPORT.is_relative_to(REPO) else REPORT
+    print(f"gpu-check: {failed} failed, {fewer} passed at fewer ranks than their pages show; report in {where}")
     return 1 if failed else 0
 
 

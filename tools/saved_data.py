@@ -35,7 +35,7 @@ class Artefact:
     tests: list[str]
     commands: list[str] = field(default_factory=list)
     note: str = ""
-    root: bool = False  # its commands build network namespaces (distdocs.links): skipped, saying so, without root
+    root: bool = False  # its commands build network namespaces (distdocs.lab.links): skipped, saying so, without root
 
 
 def artefacts() -> list[Artefact]:

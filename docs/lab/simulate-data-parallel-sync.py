@@ -193,8 +193,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from distdocs import links
 from distdocs.bench.emulated import format_table
+from distdocs.lab import links
 
 
 def distdocs(*args: str) -> dict:
@@ -322,7 +322,7 @@ print(saved.read_text())
 #
 # <details><summary>Solution</summary>
 #
-# A point of the run knows its workload (`distdocs.emulated.Point(...).workload()`) and the record
+# A point of the run knows its workload (`distdocs.lab.emulated.Point(...).workload()`) and the record
 # keeps the fitted α and β (`alpha_s`, `beta_s_per_byte`). The sync at 8 workers does not change
 # with the micro-batches, and the compute grows with them, so raise `accumulation` in 4, 8, 16, ...
 # until `8 * step_time(one, 1, net).step / step_time(eight, 8, net).step` passes 6. A larger batch

@@ -9,9 +9,9 @@ import platform
 import socket
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
 
 from distdocs import __version__
+from distdocs.processes import command_line, listening_sockets, pids, process_stat, socket_inodes
 
 
 def environment_report() -> dict:
@@ -143,39 +143,6 @@ def port_holder(port: int) -> str | None:
     return ""
 
 
-def listening_sockets() -> list[tuple[str, int, str]]:
-    """Every TCP socket listening on this machine, from Linux's /proc: (address, port, inode), the
-    address as "0.0.0.0" or "::" for every interface, else in /proc's hex."""
-    found = []
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            lines = Path(table).read_text().splitlines()[1:]
-        except OSError:
-            continue
-        for line in lines:
-            fields = line.split()
-            if fields[3] != "0A":  # 0A: LISTEN
-                continue
-            address, port = fields[1].rsplit(":", 1)
-            if set(address) == {"0"}:
-                address = "::" if table.endswith("6") else "0.0.0.0"
-            found.append((address, int(port, 16), fields[9]))
-    return found
-
-
-def socket_inodes(pid: int) -> set[str]:
-    """The inodes of the sockets that process `pid` holds open (empty if /proc does not say)."""
-    inodes = set()
-    try:
-        for fd in Path(f"/proc/{pid}/fd").iterdir():
-            target = os.readlink(fd)
-            if target.startswith("socket:["):
-                inodes.add(target[8:-1])
-    except OSError:
-        pass
-    return inodes
-
-
 def localhost_traps() -> list[Trap]:
     """torchrun --standalone meets its workers at `localhost`: it must resolve, and to an address
     that works."""
@@ -202,35 +169,6 @@ def can_bind(family: int, address: str) -> bool:
         return True
     except OSError:
         return False
-
-
-class ProcessStat(NamedTuple):
-    state: str  # R, S, Z (a zombie: ended, not yet waited for), ...
-    ppid: int
-    pgrp: int
-    session: int
-
-
-def process_stat(pid: int) -> ProcessStat | None:
-    """The start of /proc/PID/stat (Linux), or None if there is no such process now. The fields that
-    follow the command name, which is in parentheses and may itself hold spaces and parentheses."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return ProcessStat(fields[0], int(fields[1]), int(fields[2]), int(fields[3]))
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-def pids() -> list[int]:
-    """Every process id that /proc lists now."""
-    return [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()]
-
-
-def command_line(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
-    except OSError:
-        return "?"
 
 
 def stale_launchers() -> list[tuple[int, str]]:

@@ -246,14 +246,17 @@ def profile_trace(trace: dict) -> str:
 def sim_commands(page: str) -> str:
     """The speedup curves of every `distdocs sim` command line in `page` (a Markdown page's text), on one
     chart, computed by the same code as the command: the tables a page shows, drawn together."""
+    import argparse
     import shlex
 
-    from distdocs import cli, costmodel
+    from distdocs import arguments, costmodel
 
+    parser = argparse.ArgumentParser(prog="distdocs sim")
+    arguments.add_sim_arguments(parser)
     curves = {}
-    for line in re.findall(r"^\s*distdocs (sim .*)$", page, re.M):
-        args = cli.build_parser().parse_args(shlex.split(line))
-        work, network, _ = cli.sim_inputs(args)
+    for line in re.findall(r"^\s*distdocs sim (.*)$", page, re.M):
+        args = parser.parse_args(shlex.split(line))
+        work, network, _ = arguments.sim_inputs(args)
         sizes = [int(n) for n in args.world_sizes.split(",")]
         where = "2-core CPU, calibrated" if args.measured else network.name
         curves[f"{where}, accumulation {args.accumulation}"] = costmodel.simulate(work, sizes, network, args.algorithm)
@@ -358,16 +361,7 @@ FIGURES = {
     "sim-commands": (sim_commands, "PAGE.md"),
     "pipeline-schedules": (lambda text: pipeline_schedules(json.loads(text)), "DATA.json"),
     "pipeline-schedules-summary": (lambda text: pipeline_schedules_summary(json.loads(text)), "DATA.json"),
-    "emulated-buckets": (lambda text: _emulated("plot_buckets", json.loads(text)), "DATA.json"),
-    "emulated-accumulation": (lambda text: _emulated("plot_accumulation", json.loads(text)), "DATA.json"),
 }
-
-
-def _emulated(name: str, data: dict) -> str:
-    """A figure of the scale model's saved sweep (distdocs.bench.emulated draws them)."""
-    from distdocs.bench import emulated
-
-    return getattr(emulated, name)(data["records"], data["machine"])
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,7 +8,7 @@ that a noisy moment hits all of them alike. It reports what nccl-tests reports:
 - busbw = algbw * 2(n-1)/n, the bytes each rank's link carries in a ring, so that numbers for
   different world sizes compare with the hardware's bandwidth.
 
-With `--link RATE` the ranks run in `--nodes` network namespaces, spread evenly (distdocs.links),
+With `--link RATE` the ranks run in `--nodes` network namespaces, spread evenly (distdocs.lab.links),
 and every node's link to the others carries at most RATE each way: the sweep then measures the link
 you dialled instead of loopback. Each record names its link ("loopback" or the rate) and its nodes.
 
@@ -28,9 +28,8 @@ import statistics
 import torch
 import torch.distributed as dist
 
-from distdocs import links
+from distdocs.arguments import UsageError, parse_list, parse_size, require
 from distdocs.bench.harness import WARMUP, machine_line, median_after_warmup, slowest_rank_seconds
-from distdocs.cli import UsageError, parse_list, parse_size, require
 from distdocs.collectives import (
     check_same_tensor_everywhere,
     naive_allreduce,
@@ -39,7 +38,8 @@ from distdocs.collectives import (
     tree_allreduce,
     two_level_allreduce,
 )
-from distdocs.world import World
+from distdocs.lab import links
+from distdocs.lab.world import World
 
 IMPLS = ("gloo", "ring", "tree", "naive", "two-level")
 DEFAULT_IMPLS = IMPLS[:4]  # two-level splits the ranks into --nodes nodes: ask for it by name
@@ -117,7 +117,7 @@ def parse_links(text: str, world_sizes: list[int], nodes: int) -> list[str | Non
 
 def world_on(stack: contextlib.ExitStack, n: int, link: str | None, nodes: int, timeout_s: float = 600) -> World:
     """A World of `n` ranks entered on `stack`: over loopback, or (with `link`, for n > 1) spread
-    evenly over `nodes` nodes of a fresh distdocs.links.Network of that rate."""
+    evenly over `nodes` nodes of a fresh distdocs.lab.links.Network of that rate."""
     places = None
     if link and n > 1:
         net = stack.enter_context(links.Network(nodes, link))
@@ -204,7 +204,7 @@ def bench_allreduce(
     Each record holds the median over repeats of the time, and of the busbw ratio to gloo taken within
     each repeat, with that ratio's lowest and highest value: on a shared machine the spread between
     runs is part of the result. With `link`, the ranks of each world are spread over `nodes` nodes of
-    a fresh distdocs.links.Network of that rate."""
+    a fresh distdocs.lab.links.Network of that rate."""
     impls = tuple(impls)
     runs = []
     for r in range(repeat):

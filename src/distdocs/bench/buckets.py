@@ -9,9 +9,9 @@ import contextlib
 
 import torch
 
+from distdocs.arguments import parse_list, require
 from distdocs.bench.harness import WARMUP, machine_line, median_after_warmup, mlp, slowest_rank_seconds
-from distdocs.cli import parse_list, require
-from distdocs.world import World
+from distdocs.lab.world import World
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

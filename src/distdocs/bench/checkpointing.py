@@ -17,9 +17,9 @@ import statistics
 import tempfile
 import time
 
+from distdocs.arguments import parse_list, require
 from distdocs.bench.harness import machine_line
-from distdocs.cli import parse_list, require
-from distdocs.world import World
+from distdocs.lab.world import World
 
 KINDS = ("sync", "async")
 

@@ -3,7 +3,7 @@ the bytes it sends, the step time it buys and the loss it costs.
 
 Every hook trains the same model on the same data for the same steps, in a world of its own (one
 PowerSGD state per process group), 2 ranks on 2 nodes joined by a link of the rate given
-(distdocs.links), and at 1 rank for the cost model's computation. Each hook is wrapped by a counting
+(distdocs.lab.links), and at 1 rank for the cost model's computation. Each hook is wrapped by a counting
 hook, which adds up the gradient bytes DDP hands it, while every `dist.all_reduce` the hook calls
 (PowerSGD calls three per bucket, two of them from callbacks) adds its payload. On a node, the
 kernel's own count of the bytes its link sent (/proc/net/dev) is read around the timed steps too:
@@ -32,8 +32,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from distdocs.arguments import require
 from distdocs.bench.harness import WARMUP, machine_line, mlp
-from distdocs.cli import require
 
 HOOKS = ("none", "fp16", "bf16", "powersgd-1", "powersgd-1-no-ef", "powersgd-4", "powersgd-4-no-ef")
 START_ITER = 2  # PowerSGD's plain-allreduce steps before compressing; error feedback needs more than 1
@@ -153,7 +153,7 @@ class Counter:
 
 def _sent_bytes(device: str = "eth0") -> int | None:
     """The bytes this node's link has sent, from /proc/net/dev (which shows the reader's namespace);
-    None over loopback, where the ranks are not on nodes of a distdocs.links.Network."""
+    None over loopback, where the ranks are not on nodes of a distdocs.lab.links.Network."""
     if os.environ.get("GLOO_SOCKET_IFNAME") != device:  # World sets it in a node
         return None
     with open("/proc/net/dev") as f:
@@ -270,11 +270,11 @@ def predict(records: list[dict]) -> list[dict]:
     hook's 2-rank step over loopback, less the α-β time of its payload there, is the computation (the
     compression's included); the α-β time of the payload on the link is added (Workload.compression,
     from payload_calls). The dialled link lets its bucket's burst through at once after a pause
-    (distdocs.links.burst_bytes), so each all_reduce's first burst of bytes is counted as free: it
+    (distdocs.lab.links.burst_bytes), so each all_reduce's first burst of bytes is counted as free: it
     matters only for PowerSGD's small messages. `ratio_from_1_rank` feeds the 1-rank step instead: on
     a machine whose ranks share cores, it misses by their slowing each other down."""
-    from distdocs import links
     from distdocs.costmodel import Network, Workload, step_time
+    from distdocs.lab import links
 
     def model(base: dict, compute_s: float, net: Network, factor: float):
         work = Workload(

@@ -1,5 +1,5 @@
-"""The scale model: 1 to 8 emulated accelerators (distdocs.emulated) in torch's DDP, one per node of a
-dialled network (distdocs.links), each point beside the cost model's prediction.
+"""The scale model: 1 to 8 emulated accelerators (distdocs.lab.emulated) in torch's DDP, one per node of a
+dialled network (distdocs.lab.links), each point beside the cost model's prediction.
 
 Compute is a wait; the bytes, the collectives, the overlap and the link are real. One network of 8
 nodes is built once, one world of 8 ranks runs on it, and smaller sizes are subgroups of it that DDP
@@ -11,7 +11,7 @@ With no workload flags it measures the live subset: the production case (below) 
 workers with 1 and 4 micro-batches per step, and at 2 and 8 micro-batches where the global batch
 is held at 8; and a compute-bound model. `--sweep` measures what the pages draw: three link rates,
 up to 16 micro-batches, DDP's bucket_cap_mb, and the same 8 workers on 2 nodes of 4, whose loopback is
-dialled to 10 times the link between the nodes (`distdocs.links.Network(inside=...)`).
+dialled to 10 times the link between the nodes (`distdocs.lab.links.Network(inside=...)`).
 
 The production case is ResNet-50 trained on V100s in FP32 over 1 Gbit/s Ethernet, one GPU per node:
 367 images/s at 112 per GPU (NVIDIA's DeepLearningExamples, ResNet50 v1.5 for PyTorch, DGX-1 16GB,
@@ -29,10 +29,11 @@ import statistics
 import time
 from dataclasses import asdict, replace
 
-from distdocs import costmodel, links
-from distdocs.cli import UsageError, parse_list, require
-from distdocs.emulated import Point, allreduce_timings, measure
-from distdocs.world import World
+from distdocs import costmodel
+from distdocs.arguments import UsageError, parse_list, require
+from distdocs.lab import links
+from distdocs.lab.emulated import Point, allreduce_timings, measure
+from distdocs.lab.world import World, forked_cpu_seconds
 
 MiB = 2**20
 # The production case, scaled (see the docstring): the real job and its scale model.
@@ -48,7 +49,7 @@ SWEEP_LINKS = ("50mbit", "100mbit", "200mbit")
 BUCKETS = {"gradient_bytes": 2 * MiB, "compute_s": 0.4, "layers": 64}
 BUCKET_CAPS = (1 / 16, 1 / 8, 1 / 4, 1 / 2, 1.0, 2.0)
 # α from a 4-byte all_reduce, whose time is all latency; β from 1 MiB, DDP's first bucket. Messages in
-# between are distorted by tbf's bucket (distdocs.links.burst_bytes), which lets the first 64 KiB
+# between are distorted by tbf's bucket (distdocs.lab.links.burst_bytes), which lets the first 64 KiB
 # after a pause through at once: they would pass for faster links with slower messages.
 FIT_SIZES = (4, MiB)
 FIT_WORKERS = (2, 8)
@@ -180,9 +181,10 @@ def measure_two_level(rate: str, between: costmodel.Fit, steps: int) -> list[dic
 
 
 def _cpu_seconds() -> float:
-    """CPU time of this process and of its children that have ended: the world's ranks, once closed."""
+    """CPU time of this process, of its children that have ended, and of the forkserver and the world's
+    ranks it forked, once they have ended."""
     own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime + forked_cpu_seconds()
 
 
 def _record(found: dict, link: str, fit: costmodel.Fit, inside: tuple[costmodel.Fit, str] | None = None) -> dict:
@@ -379,3 +381,19 @@ def plot_buckets(records: list[dict], machine: dict) -> str:
     ax.legend(fontsize=8, loc="lower right")
     fig.tight_layout()
     return to_svg(fig)
+
+
+# The saved sweep's two other figures, besides the kitchen that `--figure` draws:
+#     python -m distdocs.bench.emulated {accumulation,buckets} DATA.json OUT.svg
+FIGURES = {"accumulation": plot_accumulation, "buckets": plot_buckets}
+
+if __name__ == "__main__":
+    import json
+    import sys
+
+    if len(sys.argv) != 4 or sys.argv[1] not in FIGURES:
+        sys.exit(f"usage: python -m distdocs.bench.emulated {{{','.join(FIGURES)}}} DATA.json OUT.svg")
+    with open(sys.argv[2]) as f:
+        data = json.load(f)
+    with open(sys.argv[3], "w") as f:
+        f.write(FIGURES[sys.argv[1]](data["records"], data["machine"]))

@@ -9,17 +9,12 @@ each other kind that holds a process group."""
 from __future__ import annotations
 
 import argparse
-import os
-import shutil
-import signal
 import statistics
-import subprocess
-import sys
-import time
 from pathlib import Path
 
+from distdocs.arguments import require
 from distdocs.bench.harness import machine_line
-from distdocs.cli import require
+from distdocs.lab.exits import launch
 
 # Each example as PATH:RANKS[:FLAGS]: the ones that aborted at exit before the fix, and one of each
 # other kind that holds a process group (torch's DDP, tensor parallelism, pipelining, DeepSpeed ZeRO-3).
@@ -33,8 +28,6 @@ EXAMPLES = (
     "examples/pipeline_parallel/step02_torch_pipelining.py:2",
     "examples/launchers/step02_deepspeed_zero.py:2:--zero-stage 3",
 )
-ABORT_MARKERS = ("terminate called", "SIGABRT", "Signal 6", "core dumped")
-TIMEOUT_S = 300
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -85,52 +78,6 @@ def main(args: argparse.Namespace, progress=None) -> list[dict]:
         seconds = record.pop("seconds")
         records.append({**record, "median_s": statistics.median(seconds), "failures": notes[example]})
     return records
-
-
-def launch(example: str, ranks: int, flags: str = "") -> tuple[str, float, str]:
-    """One `torchrun --standalone` launch in its own session; ('ok' | 'abort' | 'failed' | 'timeout'
-    | 'left running', seconds, the end of stderr)."""
-    torchrun = shutil.which("torchrun", path=os.path.dirname(sys.executable)) or "torchrun"
-    command = [torchrun, "--standalone", f"--nproc_per_node={ranks}", example, *flags.split()]
-    env = {**os.environ, "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES", "")}
-    start = time.monotonic()
-    proc = subprocess.Popen(
-        command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True
-    )
-    try:
-        _, stderr = proc.communicate(timeout=TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        _, stderr = proc.communicate()
-        return "timeout", time.monotonic() - start, stderr[-300:]
-    seconds = time.monotonic() - start
-    left = _session_alive(proc.pid)
-    if left:
-        os.killpg(proc.pid, signal.SIGKILL)
-    if any(m in stderr for m in ABORT_MARKERS):
-        return "abort", seconds, _excerpt(stderr)
-    if proc.returncode != 0:
-        return "failed", seconds, _excerpt(stderr)
-    return ("left running" if left else "ok"), seconds, ""
-
-
-def _session_alive(sid: int, grace_s: float = 2.0) -> bool:
-    """Whether any process of session `sid` still runs `grace_s` after its leader exited."""
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline:
-        try:
-            os.killpg(sid, 0)
-        except ProcessLookupError:
-            return False
-        time.sleep(0.05)
-    return True
-
-
-def _excerpt(stderr: str) -> str:
-    """The line that says what went wrong, else the last one."""
-    lines = [line for line in stderr.splitlines() if line.strip()]
-    marked = [line for line in lines if any(m in line for m in ABORT_MARKERS) or "Error" in line]
-    return (marked or lines or [""])[0][-300:]
 
 
 def format_table(records: list[dict], machine: dict) -> str:

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import argparse
 
+from distdocs.arguments import parse_size, require
 from distdocs.bench.allreduce import bench_allreduce, parse_links
 from distdocs.bench.harness import machine_line
 from distdocs.bench.prediction import LINK_SWEEP_SIZES, SWEEP_SIZES
-from distdocs.cli import parse_size, require
 from distdocs.costmodel import fit_alpha_beta, flat_ring_on_nodes_seconds, two_level_seconds
 
 RANKS_PER_NODE, NODES = 2, 2

@@ -15,10 +15,10 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from distdocs.arguments import parse_list, require
 from distdocs.bench.harness import WARMUP, machine_line, median_after_warmup, table
-from distdocs.cli import parse_list, require
+from distdocs.lab.world import World
 from distdocs.pipeline import BusyTimer, bubble_fraction, gpipe_step
-from distdocs.world import World
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

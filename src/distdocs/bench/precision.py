@@ -8,9 +8,9 @@ import argparse
 import torch
 from torch import nn
 
+from distdocs.arguments import require
 from distdocs.bench.harness import WARMUP, machine_line, median_after_warmup, mlp, slowest_rank_seconds, table
-from distdocs.cli import require
-from distdocs.world import World
+from distdocs.lab.world import World
 
 MODES = {"float32": None, "bfloat16 autocast": torch.bfloat16}
 

@@ -15,10 +15,10 @@ from __future__ import annotations
 import argparse
 import statistics
 
+from distdocs.arguments import parse_list, require
 from distdocs.bench.allreduce import bench_allreduce, parse_links
 from distdocs.bench.harness import add_step_flags, machine_line
 from distdocs.bench.scaling import MODELS, bench_scaling
-from distdocs.cli import parse_list, require
 from distdocs.costmodel import Network, fit_alpha_beta, step_time, workload_from_scaling
 
 SWEEP_SIZES = [2**18, 2**20, 2**22, 2**24, 2**26]  # 256 KiB to 64 MiB, around the models' gradients

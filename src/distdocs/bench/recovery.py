@@ -15,8 +15,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from distdocs.arguments import require
 from distdocs.bench.harness import machine_line
-from distdocs.cli import require
 
 EXAMPLE = "examples/fault_tolerance/step01_resume_after_kill.py"
 # The lines that mark each moment: the example's own, and torchrun's (LOGLEVEL=INFO).

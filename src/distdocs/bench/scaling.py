@@ -16,8 +16,8 @@ import os
 
 import torch
 
+from distdocs.arguments import parse_list, require
 from distdocs.bench.harness import WARMUP, add_step_flags, machine_line, mlp
-from distdocs.cli import parse_list, require
 from distdocs.timing import step_and_compute_seconds
 
 # name: (width, Linear layers, samples per rank and micro-batch)
@@ -87,7 +87,7 @@ def bench_scaling(
 ) -> list[dict]:
     """Every model and accumulation count at every world size; speedup against world size 1. With
     `link` (tc's spelling of a rate, as in 100mbit), each rank of a world is a node of its own, and
-    the nodes are joined by links of that rate (distdocs.links)."""
+    the nodes are joined by links of that rate (distdocs.lab.links)."""
     from distdocs.bench.allreduce import world_on
 
     records = []

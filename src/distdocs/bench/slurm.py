@@ -1,5 +1,5 @@
 """SLURM brings a job back: the launch page's job script, submitted with sbatch to a cluster of network
-namespaces (distdocs.slurm), with one of its nodes lost or the job preempted at a random moment.
+namespaces (distdocs.lab.slurm), with one of its nodes lost or the job preempted at a random moment.
 Each moment is timed: the cluster's own from slurmctld's log, the job's from its output lines as
 they arrive.
 
@@ -24,9 +24,9 @@ import time
 from datetime import datetime
 from pathlib import Path
 
+from distdocs.arguments import require
 from distdocs.bench.harness import machine_line
-from distdocs.cli import require
-from distdocs.slurm import Cluster, SlurmError, check_can_run
+from distdocs.lab.slurm import Cluster, SlurmError, check_can_run
 
 REPO = Path(__file__).resolve().parents[3]
 SCRIPT = "examples/multi_node/slurm_job.sh"
@@ -44,7 +44,7 @@ CONVERTED_SUBMIT = (
 )
 # The settings that bound recovery, as the page asks the cluster for them.
 CONFIG = "scontrol show config | grep -E 'KillWait|SlurmdTimeout|PreemptMode|SchedulerParameters'"
-# SLURM's defaults for the three timers that distdocs.slurm shortens, in seconds (slurm.conf(5), 22.05).
+# SLURM's defaults for the three timers that distdocs.lab.slurm shortens, in seconds (slurm.conf(5), 22.05).
 SLURM_DEFAULTS_S = {"SlurmdTimeout": 300, "cred_expire": 120, "sched_interval": 60}
 COMMANDS = {
     "preempt": "scancel --batch --signal=USR1 --name=distdocs-train",

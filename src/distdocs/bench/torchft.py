@@ -19,9 +19,9 @@ import threading
 import time
 from pathlib import Path
 
+from distdocs.arguments import require
 from distdocs.bench import recovery
 from distdocs.bench.harness import machine_line
-from distdocs.cli import require
 
 EXAMPLE = "examples/fault_tolerance/step04_torchft.py"
 KILL = re.compile(r"\[group 1\] SIGKILL at step (\d+)")

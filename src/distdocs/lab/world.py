@@ -1,18 +1,28 @@
-"""Gloo ranks for tests and benchmarks, spawned so that nothing hangs and nothing is left behind.
+"""Gloo ranks for tests and benchmarks, forked so that nothing hangs and nothing is left behind.
 
 `World` keeps `world_size` gloo ranks, joined through a FileStore (no ports), to run functions on;
 `spawn_world` runs one function on a fresh World. Both stop at the first rank that fails and raise
 with that rank's traceback. A rank that returns but then dies at exit (a SIGABRT from a thread left
 running, say) fails the world too.
+
+The ranks are forked from a server process that has imported torch once (multiprocessing's
+forkserver, with torch preloaded): a rank then starts in milliseconds, where a spawned one imports
+torch anew, a second of CPU each. The server imports nothing else and starts no thread, so each rank
+begins as a fresh process would, single-threaded, before it enters its node or joins its group. A
+forked rank ends with os._exit, as multiprocessing's forked children do; so it runs its atexit
+handlers itself, then fails if gloo threads outlived its destroy_process_group, the cause of an
+abort at exit (a group still held by a cache or a reference cycle).
 """
 
 from __future__ import annotations
 
+import atexit
 import gc
 import multiprocessing as mp
 import os
 import queue
 import signal
+import sys
 import tempfile
 import time
 import traceback
@@ -20,17 +30,58 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
-KILL_GRACE_S = 3.0
+from distdocs.processes import KILL_GRACE_S
+
+# What the forkserver imports once for every rank it forks.
+PRELOAD = ["torch", "torch.distributed", "torch.distributed.nn"]
+
+
+def _context():
+    """multiprocessing's forkserver, with torch preloaded, started (once per process) with
+    OMP_NUM_THREADS=1: otherwise importing torch starts an OpenMP thread, and a process with threads
+    should not fork. Each rank runs one compute thread in any case, as under torchrun."""
+    from multiprocessing import forkserver
+
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(PRELOAD)
+    before = os.environ.get("OMP_NUM_THREADS")
+    os.environ["OMP_NUM_THREADS"] = "1"
+    try:
+        forkserver.ensure_running()
+    finally:
+        if before is None:
+            del os.environ["OMP_NUM_THREADS"]
+        else:
+            os.environ["OMP_NUM_THREADS"] = before
+    return ctx
+
+
+GLOO_THREADS_LEFT = 3  # a rank's exit code when gloo threads outlived its destroy_process_group
+
+
+def forked_cpu_seconds() -> float:
+    """CPU seconds of the forkserver and of the ranks it forked that have ended (it reaps them), so far
+    in this process; 0 before the first World. A rank is not this process's child, so getrusage's
+    RUSAGE_CHILDREN does not count it."""
+    from multiprocessing import forkserver
+
+    pid = getattr(forkserver._forkserver, "_forkserver_pid", None)
+    try:
+        fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split() if pid else []
+    except OSError:
+        return 0.0
+    # After the command name: utime, stime, cutime and cstime are fields 12 to 15, in clock ticks.
+    return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
 
 
 class RankFailed(RuntimeError):
-    """A rank of a spawned world raised, timed out or died."""
+    """A rank of a World raised, timed out or died."""
 
 
 def _rank_loop(rank, world_size, store_path, timeout_s, tasks, results, namespace=None) -> None:
     """One rank of a World: join the group, then run tasks until told to stop."""
-    if namespace is not None:  # a node of a distdocs.links.Network: enter it before any thread starts
-        from distdocs.links import enter
+    if namespace is not None:  # a node of a distdocs.lab.links.Network: enter it before any thread starts
+        from distdocs.lab.links import enter
 
         enter(namespace)
         os.environ["GLOO_SOCKET_IFNAME"] = "eth0"  # the node's link; the host name would resolve to loopback
@@ -55,6 +106,26 @@ def _rank_loop(rank, world_size, store_path, timeout_s, tasks, results, namespac
         gc.collect()  # DDP models sit in reference cycles: free them while the group still exists
         _release_dtensor_caches()
         dist.destroy_process_group()
+    # A forked rank ends as multiprocessing ends its forked children, with os._exit, which skips
+    # Python's shutdown. So it runs what can fail there itself: the atexit handlers; then it looks for
+    # the cause of an abort at exit, as docexec's exit probe does in every launched process: gloo
+    # threads still running once the group is destroyed. Seen here every time, not now and then.
+    atexit._run_exitfuncs()
+    if left := _gloo_threads():
+        print(f"rank {rank}: {left} gloo threads outlived destroy_process_group", file=sys.stderr, flush=True)
+        raise SystemExit(GLOO_THREADS_LEFT)
+
+
+def _gloo_threads() -> int:
+    """How many of this process's threads are gloo's (Linux /proc)."""
+    names = []
+    for task in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{task}/comm") as f:
+                names.append(f.read().strip())
+        except OSError:  # a thread that ended while we looked
+            pass
+    return sum(name.startswith(("pt_gloo", "gloo_")) for name in names)
 
 
 def _release_dtensor_caches() -> None:
@@ -84,12 +155,12 @@ class World:
         with World(2) as world:
             world.run(fn, x)   # fn(rank, world_size, x) on every rank; one result per rank
 
-    `fn` must be importable by name (defined at module level), as multiprocessing's spawn requires.
+    `fn` must be importable by name (defined at module level), as multiprocessing requires.
     A rank that raises, a call that outlives `timeout_s`, or a rank that dies raises RankFailed with
     the first failing rank's traceback, and the world is torn down. Closing the world checks that
     every rank exited with code 0: one that aborts at exit fails too. No rank outlives the world.
 
-    With `namespaces` (one per rank, from a `distdocs.links.Network`), each rank runs inside its
+    With `namespaces` (one per rank, from a `distdocs.lab.links.Network`), each rank runs inside its
     node, and gloo's traffic between nodes crosses the network's links.
     """
 
@@ -98,7 +169,7 @@ class World:
         if namespaces is not None and len(namespaces) != world_size:
             raise ValueError(f"namespaces: {len(namespaces)} given, one per rank needed ({world_size})")
         places = namespaces or [None] * world_size
-        ctx = mp.get_context("spawn")
+        ctx = _context()
         self._tmp = tempfile.TemporaryDirectory(prefix="distdocs-world-")
         store_path = os.path.join(self._tmp.name, "store")
         self._results = ctx.Queue()
@@ -133,6 +204,11 @@ class World:
                 p.join(max(0.0, deadline - time.monotonic()))
                 if p.exitcode is None:
                     raise RankFailed(f"rank {rank} did not exit within {self.timeout_s} s")
+                if p.exitcode == GLOO_THREADS_LEFT:
+                    raise RankFailed(
+                        f"rank {rank} finished its work, but gloo threads outlived its destroy_process_group: "
+                        "a process group still held (a cache, a reference cycle) makes a process abort at exit"
+                    )
                 if p.exitcode != 0:
                     name = f" ({signal.Signals(-p.exitcode).name})" if p.exitcode < 0 else ""
                     raise RankFailed(f"rank {rank} finished its work, then exited with code {p.exitcode}{name}")

@@ -5,7 +5,7 @@ here computes nothing: each layer's forward waits its share of a stated time, an
 waits its share and returns a gradient of the layer's real size. Everything a distributed step does
 around that is real: `DistributedDataParallel` with its Reducer (its buckets, the allreduces it
 starts while backward runs, `no_sync`), gloo, the bytes, and the link they cross, which
-`distdocs.links` dials. Eight such ranks fit on two cores, and what they measure is what the
+`distdocs.lab.links` dials. Eight such ranks fit on two cores, and what they measure is what the
 cost model (`distdocs.costmodel`) predicts: compute against sync.
 
     with links.Network(8, "100mbit") as net, World(8, namespaces=net.node_namespaces()) as world:
@@ -210,7 +210,7 @@ def allreduce_timings(rank: int, world_size: int, sizes: list[int], workers: lis
     """gloo's all_reduce of each size at each world size, over the links the world's ranks sit on:
     the timings `costmodel.fit_alpha_beta` fits α and β to. Each time is the median of `repeat`,
     each of two all_reduces back to back, halved: DDP's buckets follow each other so, and a lone
-    message would get the link's burst (distdocs.links.burst_bytes) for free."""
+    message would get the link's burst (distdocs.lab.links.burst_bytes) for free."""
     records = []
     with groups(world_size, workers) as by_size:
         for n in workers:

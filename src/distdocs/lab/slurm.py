@@ -1,5 +1,5 @@
 """A SLURM cluster on one machine: slurmctld on a controller node and one slurmd per compute node, each
-node a network namespace of distdocs.links with a host name of its own, so that sbatch, srun and
+node a network namespace of distdocs.lab.links with a host name of its own, so that sbatch, srun and
 scontrol run unchanged, as on a real cluster.
 
     with Cluster(tmp_path, nodes=3) as cluster:
@@ -22,7 +22,7 @@ sched_interval (the scheduler's pass every 5 s, not 60).
 Needs root, iproute2 and the Debian packages in PACKAGES. `SlurmError` says in one line why a
 cluster cannot start here. Everything started runs inside the cluster's namespaces, and is stopped
 when the `with` block ends, however it ends; a cluster whose process was killed is removed with its
-namespaces by the next one built on the machine (distdocs.links.remove_orphans).
+namespaces by the next one built on the machine (distdocs.lab.links.remove_orphans).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from distdocs import links
+from distdocs.lab import links
 
 PACKAGES = ("slurmctld", "slurmd", "slurm-client", "munge")
 DAEMONS = ("munged", "slurmctld", "slurmd")

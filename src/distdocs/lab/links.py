@@ -249,7 +249,7 @@ def _kill_inside(namespace: str) -> None:
 def _delete(namespace: str) -> None:
     result = subprocess.run(["ip", "netns", "del", namespace], capture_output=True, text=True, timeout=30)
     if result.returncode != 0 and (NETNS_DIR / namespace).exists():
-        print(f"distdocs.links: could not remove namespace {namespace}: {result.stderr.strip()}", file=sys.stderr)
+        print(f"distdocs.lab.links: could not remove namespace {namespace}: {result.stderr.strip()}", file=sys.stderr)
 
 
 def leftover_namespaces(pid: int | None = None) -> list[str]:
