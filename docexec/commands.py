@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import json
 import os
 import pickle
 import re
@@ -55,6 +56,9 @@ class CommandResult:
     pid: int  # also the session id of everything the command started
     timed_out: bool = False
     leftovers: list[str] = field(default_factory=list)  # processes still alive after it ended
+    # What each `distdocs bench` it ran measured, as that command's --json prints it ({benchmark,
+    # machine, records}): a page's benchmark command, shown as a table, checked as data.
+    records: list[dict] = field(default_factory=list)
 
     def describe(self, tail: int = 3000) -> str:
         """A failure report: what ran, how it ended, and the end of each stream."""
@@ -262,7 +266,12 @@ class CommandRuns:
             if EXAMPLE_PATH.search(command):
                 cwd = Path(folder)
                 env |= lay_out_as_copied(command, cwd)
-            return run_command(command, timeout_s=COMMAND_TIMEOUT_S, cwd=cwd, env=env)
+            records = Path(folder) / "distdocs-records"
+            records.mkdir()
+            env["DISTDOCS_RECORDS"] = str(records)
+            result = run_command(command, timeout_s=COMMAND_TIMEOUT_S, cwd=cwd, env=env)
+            result.records = [json.loads(f.read_text()) for f in sorted(records.iterdir())]
+            return result
 
     def run_failing(self, command: str, exit_code: int, within_s: float, busy_port: int | None = None) -> CommandResult:
         """Run a command that is meant to fail, and fail the test unless it ended with `exit_code`
@@ -306,3 +315,45 @@ def _fail_with(result: CommandResult, found: list[str]) -> CommandResult:
     if found:
         pytest.fail("; ".join(found) + "\n" + result.describe(), pytrace=False)
     return result
+
+
+def refuse_in_process(command: str) -> tuple[int | None, str]:
+    """An example's refusal of bad settings, checked without torchrun: the script named in `command`
+    (a `torchrun ... examples/x.py FLAGS` line) runs in this process as rank 0 of the command's world
+    (RANK=0, LOCAL_RANK=0, WORLD_SIZE from --nproc_per_node), until it exits. Returns its exit code
+    (None if it returned without exiting) and what it wrote to stderr. Refusals come before
+    init_process_group, so no group is started; one that came later would fail at once, with no
+    MASTER_ADDR to meet at. sys.argv and the environment are restored afterwards."""
+    import io
+    import runpy
+    import shlex
+
+    words = shlex.split(command)
+    script = next(i for i, w in enumerate(words) if EXAMPLE_PATH.fullmatch(w))
+    nproc = next((w.split("=", 1)[1] for w in words[:script] if w.startswith("--nproc_per_node=")), "1")
+    saved_argv, saved_env = sys.argv, dict(os.environ)
+    err = io.StringIO()
+    os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE=nproc, LOCAL_WORLD_SIZE=nproc)
+    for name in ("MASTER_ADDR", "MASTER_PORT"):
+        os.environ.pop(name, None)
+    sys.argv = [str(REPO / words[script]), *words[script + 1 :]]
+    try:
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            runpy.run_path(sys.argv[0], run_name="__main__")
+        code = None
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else 1
+    finally:
+        sys.argv = saved_argv
+        os.environ.clear()
+        os.environ.update(saved_env)
+    return code, err.getvalue()
+
+
+def check_refusal(command: str, message: str) -> None:
+    """Fail the test unless the example in `command`, run in this process as rank 0, refuses with
+    `message` as the one line of its stderr and exit code 2 (refuse_in_process). One torchrun launch
+    per refusal mechanism stays (CommandRuns.run_usage_error), for torchrun's own report of it."""
+    code, err = refuse_in_process(command)
+    if code != 2 or err.splitlines() != [message]:
+        pytest.fail(f"$ {command}\nexit code {code}, not 2; stderr, not just {message!r}:\n{err}", pytrace=False)

@@ -245,3 +245,20 @@ def example_command(script: Path) -> str:
 
 def all_examples() -> list[Path]:
     return sorted(p for p in EXAMPLES.rglob("*.py") if p.name != "__init__.py")
+
+
+def page_command(page: str, contains: str) -> str:
+    """The one command fence of `page` (docs/...md) that contains `contains`, as written: what
+    a test runs to check what that fence prints. tests/test_docs.py counts a fence as checked by the
+    test files that call this with its page."""
+    found = [f.command for f in classify(REPO / page) if f.kind == "command" and contains in f.command]
+    if len(found) != 1:
+        raise LookupError(f"{page}: {len(found)} command fences contain {contains!r}, not one")
+    return found[0]
+
+
+def page_fences(page: str, kind: str) -> list[Fence]:
+    """Every fence of `kind` on `page` (docs/...md), in order: for a test that runs them together (the
+    node commands of two machines) and checks what they print. tests/test_docs.py counts them as
+    checked by the test files that call this with their page and kind."""
+    return [f for f in classify(REPO / page) if f.kind == kind]

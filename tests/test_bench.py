@@ -5,6 +5,7 @@ margin stated), and bad input."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -30,7 +31,7 @@ from distdocs.bench import torchft as torchft_bench
 from distdocs.bench.harness import median_after_warmup
 from distdocs.costmodel import Network
 
-from docexec.fences import REPO
+from docexec.fences import REPO, page_command
 
 SAVED = REPO / "benchmarks"
 NCCL_TESTS_FIELDS = {"impl", "world_size", "bytes", "time_s", "algbw_gbps", "busbw_gbps", "busbw_ratio_vs_gloo"}
@@ -91,17 +92,25 @@ def test_saved_table_is_generated_from_its_data(module, name):
     assert (SAVED / f"{name}.txt").read_text().strip() == module.format_table(data["records"], data["machine"])
 
 
+def page_run(command_runs, command: str) -> tuple[list[dict], dict]:
+    """The records of a benchmark command that a page shows (its one run, shared with test_docs), and
+    the flags it was given."""
+    (run,) = command_runs.run_ok(command).records
+    flags = dict(re.findall(r"--([\w-]+) (\S+)", command))
+    return run["records"], flags
+
+
 @pytest.mark.processes
-def test_allreduce_bench_reports_every_implementation_with_nccl_tests_definitions():
-    records = allreduce.bench_allreduce([2], [4096, 65536], iters=2, warmup=1)
+def test_the_collectives_pages_allreduce_run_reports_every_implementation_with_nccl_tests_definitions(command_runs):
+    records, flags = page_run(command_runs, page_command("docs/lesson/collectives.md", "bench allreduce --world-sizes"))
+    sizes = [parse_size(s) for s in flags["sizes"].split(",")]
     impls = ["gloo", "ring", "tree", "naive"]
-    assert [(r["impl"], r["bytes"]) for r in records] == [(i, b) for b in (4096, 65536) for i in impls] + [
-        ("check", 48)
-    ]
+    assert [(r["impl"], r["bytes"]) for r in records] == [(i, b) for b in sizes for i in impls] + [("check", 48)]
+    n = int(flags["world-sizes"])
     for r in records:
-        assert NCCL_TESTS_FIELDS <= r.keys() and r["time_s"] > 0
+        assert NCCL_TESTS_FIELDS <= r.keys() and r["time_s"] > 0 and r["world_size"] == n
         assert r["algbw_gbps"] == pytest.approx(r["bytes"] / r["time_s"] / 1e9)
-        assert r["busbw_gbps"] == pytest.approx(r["algbw_gbps"] * 2 * (2 - 1) / 2)
+        assert r["busbw_gbps"] == pytest.approx(r["algbw_gbps"] * 2 * (n - 1) / n)
     assert all(r["busbw_ratio_vs_gloo"] == 1.0 for r in records if r["impl"] == "gloo")
     assert records[-1]["busbw_ratio_vs_gloo"] is None  # the handshake has no gloo counterpart
 
@@ -127,10 +136,11 @@ def test_saved_allreduce_supports_what_the_collectives_page_says():
 
 
 @pytest.mark.processes
-def test_pipeline_bench_reports_theory_and_measured_idle_per_stage():
-    records = pipeline.bench_pipeline([1, 2], width=64, batch=16, steps=2)
-    assert [r["microbatches"] for r in records] == [1, 2]
-    assert [r["bubble_theory"] for r in records] == [0.5, pytest.approx(1 / 3)]
+def test_the_pipeline_pages_run_reports_theory_and_measured_idle_per_stage(command_runs):
+    records, flags = page_run(command_runs, page_command("docs/lesson/pipeline-parallelism.md", "bench pipeline"))
+    counts = [int(m) for m in flags["microbatches"].split(",")]
+    assert [r["microbatches"] for r in records] == counts
+    assert [r["bubble_theory"] for r in records] == [pytest.approx(1 / (m + 1)) for m in counts]  # p = 2
     assert all(len(r["idle_measured"]) == 2 and all(0 <= x < 1 for x in r["idle_measured"]) for r in records)
     for r in records:
         assert_schedule_is_gpipes(r)
@@ -171,10 +181,12 @@ def test_saved_pipeline_supports_what_the_pipeline_page_says():
 
 
 @pytest.mark.processes
-def test_ddp_bench_reports_both_implementations():
-    records = ddp.bench_ddp(batch=16, width=32, steps=2)
+def test_the_ddp_internals_pages_run_reports_both_implementations(command_runs):
+    records, flags = page_run(command_runs, page_command("docs/deep-dives/ddp-internals.md", "bench ddp"))
     assert [r["impl"] for r in records] == ["torch DDP", "BucketedDDP"]
+    assert all(r["width"] == int(flags["width"]) and r["batch_per_rank"] == int(flags["batch"]) for r in records)
     assert records[0]["ratio_vs_torch"] == 1.0 and all(r["samples_per_s"] > 0 for r in records)
+    assert records[1]["ratio_vs_torch"] == pytest.approx(records[1]["samples_per_s"] / records[0]["samples_per_s"])
 
 
 @pytest.mark.fast
@@ -185,13 +197,11 @@ def test_saved_ddp_supports_what_the_data_parallel_page_says():
 
 
 @pytest.mark.processes
-def test_bucket_bench_reports_every_setting_and_the_memory_views_save():
-    records = buckets.bench_buckets([5, 25], width=512, depth=2, batch=4, steps=2)
+def test_the_bucket_run_on_the_page_reports_every_setting_and_the_memory_views_save(command_runs):
+    records, flags = page_run(command_runs, page_command("docs/deep-dives/ddp-internals.md", "bench buckets"))
+    caps = [float(c) for c in flags["caps"].split(",")]
     assert [(r["bucket_cap_mb"], r["gradient_as_bucket_view"]) for r in records] == [
-        (5, False),
-        (25, False),
-        (5, True),
-        (25, True),
+        (c, view) for view in (False, True) for c in caps
     ]
     assert all(r["step_s"] > 0 and r["compute_s"] > 0 for r in records)
     held = {r["gradient_as_bucket_view"]: r["ddp_bytes"] for r in records}
@@ -211,15 +221,16 @@ def test_saved_buckets_support_what_the_data_parallel_page_says():
 
 
 @pytest.mark.processes
-def test_precision_bench_counts_what_a_forward_keeps():
-    fp32, bf16 = precision.bench_precision(width=64, depth=2, batch=16, steps=2)
-    assert (fp32["mode"], bf16["mode"]) == ("float32", "bfloat16 autocast")
-    # The inputs of the two Linear and the two GELU layers, and the loss's input: five 16 x 64 tensors.
-    assert fp32["activation_bytes"] == 5 * 16 * 64 * 4 and fp32["weight_copy_bytes"] == 0
+def test_the_mixed_precision_pages_run_counts_what_a_forward_keeps(command_runs):
+    (fp32, bf16), flags = page_run(command_runs, page_command("docs/deep-dives/mixed-precision.md", "bench precision"))
+    width, batch = int(flags["width"]), int(flags["batch"])
+    assert (fp32["mode"], bf16["mode"]) == ("float32", "bfloat16 autocast") and int(flags["depth"]) == 2
+    # The inputs of the two Linear and the two GELU layers, and the loss's input: five batch x width tensors.
+    assert fp32["activation_bytes"] == 5 * batch * width * 4 and fp32["weight_copy_bytes"] == 0
     # The layers' inputs in 2 bytes, the loss's input still in 4, and a 16-bit copy of the second
     # weight (the first layer's input needs no gradient, so its weight copy is not kept).
-    assert bf16["activation_bytes"] == 4 * 16 * 64 * 2 + 16 * 64 * 4
-    assert bf16["weight_copy_bytes"] == 64 * 64 * 2
+    assert bf16["activation_bytes"] == 4 * batch * width * 2 + batch * width * 4
+    assert bf16["weight_copy_bytes"] == width * width * 2
 
 
 @pytest.mark.fast
@@ -246,17 +257,17 @@ def test_scaling_bench_splits_each_step_and_measures_speedup_against_one_rank():
 
 
 @pytest.mark.processes
-def test_recovery_bench_times_each_phase_from_the_kill_to_training_again():
-    (r,) = recovery.main(
-        cli.build_parser("recovery").parse_args(
-            ["bench", "recovery", "--repeat", "1", "--kill-at-step", "6", "--example", str(REPO / recovery.EXAMPLE)]
-        )
-    )
-    assert (r["kill_at_step"], r["resumed_from"], r["redone_steps"]) == (6, 4, 2)  # a checkpoint every 4 steps
+def test_the_checkpoint_pages_recovery_run_times_each_phase_from_the_kill_to_training_again(command_runs):
+    (r,), _ = page_run(command_runs, page_command("docs/operations/checkpoint-and-resume.md", "bench recovery"))
+    example = (REPO / recovery.EXAMPLE).read_text()
+    every = int(re.search(r'"--ckpt-every", type=int, default=(\d+)', example)[1])  # the example's default
+    assert r["resumed_from"] == r["kill_at_step"] // every * every
+    assert r["redone_steps"] == r["kill_at_step"] - r["resumed_from"]
     phases = [r[f"{earlier}_to_{later}_s"] for later, earlier, _ in recovery.PHASES]
     assert all(t > 0 for t in phases) and r["step_s"] > 0
     # The phases are consecutive: together they are the whole gap, to rounding.
     assert sum(phases) == pytest.approx(r["kill_to_resumed_s"], abs=1e-9)
+    assert r["kill_to_noticed_s"] < 1.0  # "torchrun notices within a fraction of a second"
 
 
 @pytest.mark.fast
@@ -426,9 +437,25 @@ def test_saved_slurm_recovery_is_drawn_from_its_data_and_supports_what_the_multi
     # preemption at least two": SlurmdTimeout + cred_expire, and cred_expire.
     defaults = slurm_bench.SLURM_DEFAULTS_S
     page = (REPO / "docs/operations/multi-node.md").read_text()
-    assert "(300,\n120 and 60 s)" in page or "(300, 120 and 60 s)" in page.replace("\n", " ")
+    assert "(300, 120 and 60 s)" in " ".join(page.split())
     assert (defaults["SlurmdTimeout"] + defaults["cred_expire"]) / 60 == 7 and defaults["cred_expire"] / 60 == 2
-    assert "at least seven minutes" in page.replace("\n", " ") and "preemption at least two" in page.replace("\n", " ")
+    said = " ".join(page.split())
+    assert "at least seven minutes" in said and "preemption at least two" in said
+
+
+@pytest.mark.processes
+def test_the_checkpoint_pages_run_times_a_blocking_and_a_background_save(command_runs):
+    """The page's command: a blocking save stalls training for its whole write and costs nothing
+    besides; a background one is durable only after it stops stalling. Orders, not speeds."""
+    records, flags = page_run(
+        command_runs, page_command("docs/operations/checkpoint-and-resume.md", "bench checkpointing")
+    )
+    rows = checkpointing.medians(records)
+    assert {(r["size_mib"], r["kind"]) for r in rows} == {(int(flags["sizes"]), k) for k in checkpointing.KINDS}
+    for r in rows:
+        assert 0 < r["stall_s"] <= r["durable_s"]
+        if r["kind"] == "sync":
+            assert r["slower_steps_s"] == 0 and r["cost_s"] == r["stall_s"] == r["durable_s"]
 
 
 @pytest.mark.fast

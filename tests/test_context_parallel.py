@@ -9,6 +9,7 @@ import re
 
 import pytest
 
+from docexec.commands import check_refusal
 from docexec.fences import REPO
 
 pytestmark = pytest.mark.processes  # the test tier: see the testing page
@@ -23,8 +24,8 @@ def test_the_page_quotes_what_torchs_context_parallel_says_on_a_cpu(command_runs
     assert quoted == said, (quoted, said)
 
 
-def test_a_sequence_that_does_not_split_evenly_gets_one_line_and_exit_2(command_runs):
-    command_runs.run_usage_error(
+def test_a_sequence_that_does_not_split_evenly_gets_one_line_and_exit_2():
+    check_refusal(
         "torchrun --standalone --nproc_per_node=3 examples/context_parallel/step01_ring_attention.py",
         "error: a sequence of 1024 tokens cannot be split evenly over 3 ranks",
     )

@@ -16,7 +16,7 @@ import pytest
 from distdocs.doctor import listening_sockets, socket_inodes
 
 from docexec.commands import Background
-from docexec.fences import REPO, example_command
+from docexec.fences import REPO, example_command, page_command
 
 STUCK = "examples/debugging/step05_stuck_rank.py"
 UNEVEN = "examples/debugging/step04_uneven_batches.py"
@@ -99,8 +99,11 @@ def test_a_stuck_rank_holds_the_others_until_the_timeout_and_py_spy_shows_where(
 @pytest.mark.processes
 @pytest.mark.parametrize("fixed", ["--fixed", "--balanced"])
 def test_the_fixes_pass_their_self_checks(command_runs, fixed):
-    script = STUCK if fixed == "--fixed" else "examples/debugging/step03_straggler.py"
-    result = command_runs.run_ok(f"torchrun --standalone --nproc_per_node=2 {script} {fixed}")
+    if fixed == "--fixed":
+        command = f"torchrun --standalone --nproc_per_node=2 {STUCK} --fixed"
+    else:  # the page's command
+        command = page_command("docs/multi-gpu/debugging.md", "step03_straggler.py --balanced")
+    result = command_runs.run_ok(command)
     assert result.stdout.splitlines()[-1] == "self-check passed", result.describe()
 
 

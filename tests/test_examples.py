@@ -104,15 +104,41 @@ def test_plain_python_gets_a_one_line_error_with_the_torchrun_command(command_ru
     assert result.stderr.strip() == (f"error: launch with torchrun: torchrun --standalone --nproc_per_node=2 {example}")
 
 
+# Run in each rank, this holds rank 0 back before it runs the script: the others reach the refusal first.
+RANK_0_LATE = (
+    "import os, runpy, sys, time; sys.argv = ['{script}']; "
+    "os.environ['RANK'] == '0' and time.sleep(6); runpy.run_path('{script}', run_name='__main__')"
+)
+
+
 @pytest.mark.processes
-def test_wrong_world_size_gets_one_line_naming_the_right_command(command_runs):
+def test_wrong_world_size_gets_one_line_naming_the_right_command_however_late_rank_0_comes(command_runs):
+    """The one torchrun launch of a refusal (the rest are checked in the test process): said once, by
+    rank 0, which torchrun reports as exiting with 2; the script prints no traceback. Rank 0 comes 6 s
+    late on purpose: the others leave at once with code 0, so none can make torchrun stop rank 0
+    before it has spoken (with the old 5 s wait and exit code 2, they did)."""
     script = "examples/model_parallel/step01_split_layers.py"  # needs exactly 2 ranks
     wanted = (
         f"error: this example needs exactly 2 processes, got 3; "
         f"launch it with: torchrun --standalone --nproc_per_node=2 {script}"
     )
-    # Said once, by rank 0; torchrun adds its own report and traceback, the script none.
-    command_runs.run_usage_error(f"torchrun --standalone --nproc_per_node=3 {script}", wanted)
+    late = RANK_0_LATE.format(script=script)
+    command_runs.run_usage_error(f'torchrun --standalone --nproc_per_node=3 --no-python python -c "{late}"', wanted)
+
+
+@pytest.mark.fast
+def test_every_example_that_refuses_bad_settings_does_it_with_the_same_usage_error():
+    """The function is in plain sight in each file that refuses, identical, as the setup is."""
+    bodies = {}
+    for script in EXAMPLE_SCRIPTS:
+        source = script.read_text()
+        for node in ast.parse(source).body:
+            if isinstance(node, ast.FunctionDef) and node.name == "usage_error":
+                bodies[script.name] = ast.get_source_segment(source, node)
+    assert len(bodies) >= 16, sorted(bodies)
+    assert len(set(bodies.values())) == 1, {name: body.splitlines()[-1] for name, body in bodies.items()}
+    refusing = [p.name for p in EXAMPLE_SCRIPTS if "sys.exit(2)" in p.read_text()]
+    assert set(refusing) == set(bodies), f"examples that exit 2 without usage_error: {set(refusing) - set(bodies)}"
 
 
 # Run in each rank, this makes torch report what a one-GPU machine would: CUDA present, one device.

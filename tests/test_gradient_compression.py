@@ -15,7 +15,7 @@ from distdocs.bench.compression import HOOKS, _train, payload_bytes, payload_cal
 from distdocs.costmodel import Network, Workload, step_time
 from distdocs.lab.world import World
 
-from docexec.fences import REPO, classify
+from docexec.fences import REPO, page_command
 
 PAGE = REPO / "docs/deep-dives/gradient-compression.md"
 SAVED = REPO / "benchmarks/compression-links-cpu.json"
@@ -114,8 +114,7 @@ def test_the_pages_command_counts_the_bytes_and_is_predicted(command_runs):
 
     if os.geteuid() != 0:
         pytest.skip("needs root: it builds network namespaces")
-    (fence,) = [f for f in classify(PAGE) if f.kind == "command" and "bench compression" in f.command]
-    result = command_runs.run_ok(fence.command)
+    result = command_runs.run_ok(page_command("docs/deep-dives/gradient-compression.md", "bench compression"))
     rows = {(m[0], m[1]): m for m in ROW.findall(result.stdout)}
     assert {hook for link, hook in rows if link == "100mbit"} == {"none", "fp16", "powersgd-1"}, result.describe()
     none, fp16, powersgd = (rows["100mbit", h] for h in ("none", "fp16", "powersgd-1"))

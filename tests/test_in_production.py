@@ -8,6 +8,8 @@ import re
 
 import pytest
 
+from docexec.commands import check_refusal
+
 pytestmark = pytest.mark.processes  # the test tier: see the testing page
 
 SCRIPT = "examples/in_production/step02_3d_mesh.py"
@@ -29,15 +31,15 @@ def test_each_mesh_dimension_carries_only_its_own_communication(command_runs):
     assert calls["tp"] == {"all_reduce": str(blocks * microbatches + (blocks - 1) * microbatches)}, result.describe()
 
 
-def test_a_world_the_mesh_cannot_hold_gets_one_line(command_runs):
-    command_runs.run_usage_error(
+def test_a_world_the_mesh_cannot_hold_gets_one_line():
+    check_refusal(
         f"torchrun --standalone --nproc_per_node=2 {SCRIPT}",
         "error: this example needs a multiple of 4 processes (pp 2 x tp 2 x dp), got 2",
     )
 
 
-def test_a_world_the_2d_mesh_cannot_hold_gets_one_line(command_runs):
-    command_runs.run_usage_error(
+def test_a_world_the_2d_mesh_cannot_hold_gets_one_line():
+    check_refusal(
         "torchrun --standalone --nproc_per_node=2 examples/in_production/step01_2d_mesh.py",
         "error: this example needs a multiple of 2 processes, at least 4; got 2",
     )

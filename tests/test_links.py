@@ -17,7 +17,7 @@ from distdocs.bench.allreduce import link_fits
 from distdocs.bench.prediction import speedups
 from distdocs.lab import links
 
-from docexec.fences import REPO, classify
+from docexec.fences import REPO, page_command
 
 PAGE = REPO / "docs/appendix/network-emulation.md"
 SAVED = REPO / "benchmarks/allreduce-links-cpu.json"
@@ -80,15 +80,16 @@ def test_the_pages_command_fits_each_dialled_rate_within_15_percent(command_runs
     """The page's own command, run once for this test and test_docs: it prints a fit line for each
     rate (2 ranks on 2 nodes), and at 100 Mbit/s the fit recovers the rate dialled within 15%."""
     needs_root()
-    (fence,) = [f for f in classify(PAGE) if f.kind == "command" and "bench allreduce --link" in f.command]
-    result = command_runs.run_ok(fence.command)
+    result = command_runs.run_ok(page_command("docs/appendix/network-emulation.md", "bench allreduce --link"))
     fits = {rate: float(of_dialled) for rate, _, _, of_dialled in FIT_LINE.findall(result.stdout)}
     assert fits.keys() == {"1gbit", "100mbit"}, result.describe()
-    # 100 Mbit/s is the link's limit on any CPU. 1 Gbit/s is not, on two cores that the rest of the
-    # suite keeps busy: one full run capped it at 0.77, another timed one 4 MiB allreduce at 3.6x its
-    # quiet time, and the two-point fit went to 6.08. Its ±15% is held on the saved, quiet run
+    # Both fits take each size's best iteration, as the saved sweep's do. 100 Mbit/s is the link's limit
+    # on any CPU: within 15%. 1 Gbit/s is not, on two cores that the rest of the suite keeps busy (one
+    # run capped a socket at 0.77 of it): what holds on any machine is that no link beats its dial, and
+    # that it carries far more than the slower one. Its ±15% is held on the saved, quiet run
     # (test_the_saved_sweep_recovers_every_dialled_rate_and_loopback_is_far_faster).
     assert abs(fits["100mbit"] - 1) <= FIT_TOLERANCE, result.describe()
+    assert 0.5 <= fits["1gbit"] <= 1 + FIT_TOLERANCE, result.describe()
 
 
 @pytest.mark.fast
@@ -213,9 +214,7 @@ def test_the_hierarchy_command_on_the_page_predicts_both_allreduces(command_runs
     allreduce beats the flat ring, both predicted within 0.8-1.2 (the link, not the CPU, sets the
     pace at 100 Mbit/s), and HSDP's node sends about one gradient across per step."""
     needs_root()
-    page = REPO / "docs/appendix/network-emulation.md"
-    (fence,) = [f for f in classify(page) if f.kind == "command" and "bench hierarchy" in f.command]
-    result = command_runs.run_ok(fence.command)
+    result = command_runs.run_ok(page_command("docs/appendix/network-emulation.md", "bench hierarchy"))
     rows = dict(
         (impl, (float(ms), ratio))
         for impl, ms, ratio in re.findall(r"^ +100mbit +\d+ +(\S+) +([\d.]+) +\S+ +\S+ +(\S+)$", result.stdout, re.M)
@@ -246,3 +245,15 @@ def test_an_ordinary_user_can_build_a_dialled_link_inside_a_user_namespace():
     command += ["unshare", "--user", "--map-root-user", "--net", "--mount", "sh", "-c", steps]
     result = subprocess.run(command, capture_output=True, text=True, timeout=60, cwd="/tmp")
     assert result.returncode == 0 and "tbf" in result.stdout and "rate 100Mbit" in result.stdout, result
+
+
+@pytest.mark.processes
+def test_the_accumulation_pages_slow_link_run_is_slower_on_two_nodes_and_accumulation_wins_it_back(command_runs):
+    """docs/lesson/gradient-accumulation.md, "Over a slower link": at 100 Mbit/s two nodes train fewer
+    samples per second than one at one micro-batch a step (the model: 0.43x), and 4 micro-batches a
+    step more than double that (the model: 1.04x). Real computation on shared cores moves the rates;
+    the margins are the arithmetic's. The model's ratios are held on the saved run, above."""
+    needs_root()
+    (run,) = command_runs.run_ok(page_command("docs/lesson/gradient-accumulation.md", "bench prediction")).records
+    s = {(r["link"], r["accumulation"]): r["measured"] for r in speedups(run["records"])}
+    assert s["100mbit", 1] < 1 and s["100mbit", 4] > 2 * s["100mbit", 1], s

@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 from docexec.commands import Background, command_env, lay_out_as_copied
-from docexec.fences import EXAMPLES, REPO, classify
+from docexec.fences import EXAMPLES, REPO, classify, page_fences
 from docexec.outputs import excerpt_missing
 
 pytestmark = pytest.mark.processes  # the test tier: see the testing page
@@ -230,7 +230,7 @@ def test_the_launch_pages_node_commands_run_as_written_in_two_namespaces(
 ):
     """Each node command runs in the namespace that has its address, all at once, as two machines would;
     the first node prints what the page's loopback run prints."""
-    fences = [f for f in classify(LAUNCH_PAGE) if f.kind == "node command"]
+    fences = page_fences("docs/multi-gpu/launch-on-several-nodes.md", "node command")
     by_address = {address: name for name, address in zip(namespaces.values(), NAMESPACES.values())}
     assert sorted(f.attrs["node"] for f in fences) == sorted(by_address), [f.where for f in fences]
     loopback = next(f.command for f in classify(LAUNCH_PAGE) if f.kind == "command")

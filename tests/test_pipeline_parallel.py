@@ -12,6 +12,7 @@ import pytest
 from distdocs import figures
 from distdocs.pipeline import bubble_fraction
 
+from docexec.commands import check_refusal
 from docexec.fences import REPO
 
 SCRIPT = "examples/pipeline_parallel/step03_schedules.py"
@@ -46,8 +47,8 @@ def test_each_schedule_holds_and_sends_what_its_shape_says(command_runs):
 
 
 @pytest.mark.processes
-def test_a_micro_batch_count_that_the_rounds_cannot_split_gets_one_line(command_runs):
-    command_runs.run_usage_error(
+def test_a_micro_batch_count_that_the_rounds_cannot_split_gets_one_line():
+    check_refusal(
         f"{COMMAND} --microbatches 5",
         "error: torch's interleaved schedules run m micro-batches in max(1, m // p) equal rounds: 5 does not "
         "split into 2 on 2 ranks; try 4 or 6",

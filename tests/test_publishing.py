@@ -28,6 +28,9 @@ def test_the_workflow_tests_then_uploads_the_site():
     assert any("make test" in r for r in runs), runs
     upload = [s for s in steps(jobs["test"]) if s.get("uses", "").startswith("actions/upload-pages-artifact@")]
     assert len(upload) == 1 and upload[0]["with"]["path"].rstrip("/") == "site"
+    # What is uploaded is the site the tests built and checked, not a second build.
+    test_step = next(s for s in steps(jobs["test"]) if "make test" in s.get("run", ""))
+    assert test_step["env"]["DISTDOCS_SITE_DIR"].rstrip("/") == "site" and not any("make build" in r for r in runs)
     # The upload comes after the tests: a failing test publishes nothing.
     names = [s.get("run", s.get("uses", "")) for s in steps(jobs["test"])]
     assert names.index(upload[0]["uses"]) > next(i for i, r in enumerate(names) if "make test" in r)

@@ -36,15 +36,21 @@ def log(*args) -> None:
         print(*args, flush=True)
 
 
+def usage_error(message: str) -> None:
+    """Bad settings stop every rank before any process group exists. Rank 0 says why, in one line, and
+    exits with code 2; the others leave quietly, with code 0, so that no rank's exit can make torchrun
+    stop rank 0 before it has spoken."""
+    if os.environ.get("RANK", "0") == "0":
+        print(f"error: {message}", file=sys.stderr, flush=True)
+        sys.exit(2)
+    sys.exit(0)
+
+
 def parse_args() -> argparse.Namespace:
     args = argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
     world = int(os.environ.get("WORLD_SIZE", NPROC_PER_NODE))
     if SEQ_LEN % world:
-        # Rank 0 says why and fails; the others leave quietly, so that none can end the run first.
-        if os.environ.get("RANK", "0") != "0":
-            sys.exit(0)
-        print(f"error: a sequence of {SEQ_LEN} tokens cannot be split evenly over {world} ranks", file=sys.stderr)
-        sys.exit(2)
+        usage_error(f"a sequence of {SEQ_LEN} tokens cannot be split evenly over {world} ranks")
     return args
 
 

@@ -124,14 +124,22 @@ def run(args: argparse.Namespace, device: torch.device) -> None:
     log("self-check passed")
 
 
+def usage_error(message: str) -> None:
+    """Bad settings stop every rank before any process group exists. Rank 0 says why, in one line, and
+    exits with code 2; the others leave quietly, with code 0, so that no rank's exit can make torchrun
+    stop rank 0 before it has spoken."""
+    if os.environ.get("RANK", "0") == "0":
+        print(f"error: {message}", file=sys.stderr, flush=True)
+        sys.exit(2)
+    sys.exit(0)
+
+
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--balanced", action="store_true", help="give both stages the same number of blocks")
     args = p.parse_args()
     if int(os.environ.get("WORLD_SIZE", NPROC_PER_NODE)) != NPROC_PER_NODE:  # two stages, one per rank
-        if os.environ.get("RANK") == "0":
-            print(f"error: two stages need exactly {NPROC_PER_NODE} processes", file=sys.stderr)
-        sys.exit(2)
+        usage_error(f"two stages need exactly {NPROC_PER_NODE} processes")
     return args
 
 

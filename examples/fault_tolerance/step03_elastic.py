@@ -48,12 +48,13 @@ def log(*args) -> None:
 
 
 def usage_error(message: str) -> None:
-    """Every rank stops with exit code 2; rank 0 says why, in one line, while the others wait a moment."""
+    """Bad settings stop every rank before any process group exists. Rank 0 says why, in one line, and
+    exits with code 2; the others leave quietly, with code 0, so that no rank's exit can make torchrun
+    stop rank 0 before it has spoken."""
     if os.environ.get("RANK", "0") == "0":
         print(f"error: {message}", file=sys.stderr, flush=True)
-    else:
-        time.sleep(5)
-    sys.exit(2)
+        sys.exit(2)
+    sys.exit(0)
 
 
 def parse_args() -> argparse.Namespace:

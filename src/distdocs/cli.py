@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import sys
 
 from distdocs import __version__, arguments
@@ -153,6 +154,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
     table = module.format_table(records, machine)
     if args.save:
         save(args.save, machine, records, table)
+    if folder := os.environ.get("DISTDOCS_RECORDS"):  # the doc tests: the run a page shows, as data too
+        with open(os.path.join(folder, f"{args.benchmark}-{os.getpid()}.json"), "w") as f:
+            json.dump({"benchmark": args.benchmark, "machine": machine, "records": records}, f)
     if getattr(args, "figure", None):
         with open(args.figure, "w") as f:
             f.write(module.plot(records, machine))

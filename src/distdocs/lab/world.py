@@ -103,8 +103,8 @@ def _rank_loop(rank, world_size, store_path, timeout_s, tasks, results, namespac
                 results.put((rank, False, traceback.format_exc()))
                 raise SystemExit(1) from None
     finally:
-        gc.collect()  # DDP models sit in reference cycles: free them while the group still exists
         _release_dtensor_caches()
+        gc.collect()  # DDP and FSDP models, and what the caches held, sit in reference cycles: free them first
         dist.destroy_process_group()
     # A forked rank ends as multiprocessing ends its forked children, with os._exit, which skips
     # Python's shutdown. So it runs what can fail there itself: the atexit handlers; then it looks for
