@@ -43,7 +43,7 @@ TEST_WORKERS ?= 3
 # DeepSpeed's CPU op is compiled first, alone (tools/deepspeed_ops.py says why); once cached, this is quick.
 test: $(STAMP) chromium slurm
 	$(BIN)/python -m tools.deepspeed_ops
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --maxschedchunk 1 $(PYTEST_ARGS)
 
 # The editing loop: every test that needs no process group, no torchrun, no browser and no site build
 # (the `fast` tier: classifier, calculators, figures, saved-data claims, the pages' structure), in under

@@ -7,6 +7,7 @@ import json
 import os
 import random
 import resource
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -28,6 +29,22 @@ def pytest_configure(config):
     """One seed for the random kill points of test_fault_tolerance.py, drawn here unless given, so that
     every pytest-xdist worker (they inherit the environment) draws the same points."""
     os.environ.setdefault("DISTDOCS_KILL_SEED", str(random.SystemRandom().randrange(2**32)))
+
+
+def machine_cpu_seconds() -> float:
+    """CPU seconds every process on this machine has used since boot (Linux /proc/stat): user, nice,
+    system, irq and softirq. Over a run, what the suite spent, orphaned helpers included."""
+    with open("/proc/stat") as f:
+        fields = f.readline().split()[1:]
+    return sum(int(fields[i]) for i in (0, 1, 2, 5, 6)) / os.sysconf("SC_CLK_TCK")
+
+
+def pytest_sessionstart(session):
+    if not os.environ.get("PYTEST_XDIST_WORKER"):  # the controller, or a run of one process
+        session.config.stash[START] = (time.monotonic(), machine_cpu_seconds())
+
+
+START = pytest.StashKey[tuple]()
 
 
 def pytest_report_header(config):
@@ -64,6 +81,41 @@ def workers_folder(tmp_path_factory) -> Path | None:
 @pytest.fixture(scope="session")
 def command_runs(tmp_path_factory) -> CommandRuns:
     return CommandRuns(shared_folder(tmp_path_factory))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def long_waits_in_the_background(request, tmp_path_factory):
+    """What takes minutes of waiting but little CPU starts at once, in a thread of the first worker
+    that gets here, so that no worker sits idle waiting for it: the site build (which every browser
+    test needs) and the SLURM round trip (tests/test_slurm.py). Only when this session runs tests
+    that need them, and only under pytest-xdist, where the workers share their results."""
+    shared = shared_folder(tmp_path_factory)
+    modules = {item.nodeid.split("::")[0] for item in request.session.items}
+    threads = []
+    if shared is not None and _first_to_ask(shared / "background.started"):
+        if any(m.startswith("tests/test_site_") or m == "tests/test_routes.py" for m in modules):
+            threads.append(threading.Thread(target=_build_shared_site, args=(shared,), name="site", daemon=True))
+        if "tests/test_slurm.py" in modules:
+            import test_slurm  # tests/ is on sys.path: pytest imported it from there
+
+            threads.append(test_slurm.start_in_background(shared / "slurm"))
+        for thread in threads:
+            if thread is not None and not thread.is_alive():
+                thread.start()
+    yield
+    for thread in threads:
+        if thread is not None:
+            thread.join()
+
+
+def _first_to_ask(path: Path) -> bool:
+    """True in exactly one process of those that share `path`'s folder: the first to create it."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch(exist_ok=False)
+        return True
+    except FileExistsError:
+        return False
 
 
 def _cpu_seconds() -> float:
@@ -128,19 +180,23 @@ def site_dir(tmp_path_factory) -> Path:
     workers share, and the others wait for it and read the same files. With DISTDOCS_SITE_DIR set, it
     is built there instead, for the Pages workflow to publish what the tests checked."""
     shared = shared_folder(tmp_path_factory)
-    if os.environ.get("DISTDOCS_SITE_DIR"):  # the folder to publish from: the site these tests checked
-        out = Path(os.environ["DISTDOCS_SITE_DIR"]).resolve()
-        done = out.with_name(out.name + ".built-by-tests")
-        with file_lock(out.with_name(out.name + ".lock")):
-            if not done.exists() or done.read_text() != str(tmp_path_factory.getbasetemp().parent):
-                build_site(out)
-                done.write_text(str(tmp_path_factory.getbasetemp().parent))  # this run's, not an older one's
-        return out
     if shared is None:
-        out = tmp_path_factory.mktemp("site")
+        out = _publish_folder() or tmp_path_factory.mktemp("site")
         build_site(out)
         return out
-    out, done = shared / "site", shared / "site.built"
+    return _build_shared_site(shared)
+
+
+def _publish_folder() -> Path | None:
+    """DISTDOCS_SITE_DIR, where the Pages workflow wants the site the tests checked; else None."""
+    folder = os.environ.get("DISTDOCS_SITE_DIR")
+    return Path(folder).resolve() if folder else None
+
+
+def _build_shared_site(shared: Path) -> Path:
+    """The site, in the folder the workers share (or the one to publish): built once per session, by
+    the first to ask, under a lock; the others wait for it."""
+    out, done = _publish_folder() or shared / "site", shared / "site.built"
     with file_lock(shared / "site.lock"):
         if not done.exists():
             build_site(out)
@@ -190,6 +246,10 @@ def pytest_terminal_summary(terminalreporter):
     ]
     line = ", ".join(f"{counts[k]} {k}" for k in order)
     terminalreporter.write_sep("-", f"distdocs executed: {line}")
+    if START in terminalreporter.config.stash:
+        wall, cpu = terminalreporter.config.stash[START]
+        wall, cpu = time.monotonic() - wall, machine_cpu_seconds() - cpu
+        terminalreporter.write_sep("-", f"the machine's CPU over the run: {cpu:.0f} s in {wall:.0f} s of wall time")
 
 
 TIERS = ("fast", "processes", "site")  # pyproject.toml says what each means; the testing page, why
@@ -197,12 +257,8 @@ TIERS = ("fast", "processes", "site")  # pyproject.toml says what each means; th
 
 def pytest_collection_modifyitems(config, items):
     """Every test is in exactly one tier, or the collection fails. The pages' inline python fences
-    (collected by pytest-markdown-docs from docs/) are small in-process blocks: the fast tier.
-
-    The site's tests go first: pytest-xdist hands each worker a first chunk of consecutive tests (a
-    quarter of its share), so one worker gets them all, with one build and one browser, and starts the
-    longest of them early. (pytest-xdist 3.8's --dist loadgroup does not group on pytest 9.2, whose
-    node ids it cannot rewrite; site_dir shares one build across workers in any case.)"""
+    (collected by pytest-markdown-docs from docs/) are small in-process blocks: the fast tier. Then the
+    tests are put in the order they are handed out (longest_first)."""
     untiered = []
     for item in items:
         if item.nodeid.startswith("docs/"):
@@ -215,3 +271,22 @@ def pytest_collection_modifyitems(config, items):
         raise pytest.UsageError(
             "every test needs exactly one tier marker, " + " or ".join(TIERS) + ":\n  " + "\n  ".join(untiered)
         )
+
+
+DURATIONS = REPO / "benchmarks/test-durations.json"  # each test's wall seconds in a profiled run
+
+
+def longest_first(items: list, config) -> list:
+    """The order the workers take the tests in: the longest first, by the last profiled run
+    (tools/suite_profile.py), so that the workers finish together rather than one ending with a long
+    test after the others are done; `make test` gives pytest-xdist --maxschedchunk 1, so each worker
+    takes the next test when it is free. The site's tests wait out the first round: the site they
+    check is still being built then (long_waits_in_the_background). A test not in the profile yet
+    counts as a second."""
+    recorded = json.loads(DURATIONS.read_text()) if DURATIONS.exists() else {}
+    ordered = sorted(items, key=lambda item: -recorded.get(item.nodeid, 1.0))  # stable for equal times
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    site = [item for item in ordered if item.get_closest_marker("site")]
+    rest = [item for item in ordered if not item.get_closest_marker("site")]
+    first_round = 2 * workers  # pytest-xdist keeps two tests pending on each worker
+    return rest[:first_round] + site + rest[first_round:]

@@ -6,15 +6,17 @@ each: a node is lost and SLURM requeues the job onto the nodes left; the job is 
 to its batch shell, checkpoints on SIGTERM, requeues and resumes; and USR1 sent to the steps instead
 kills torchrun, and the job fails. Nothing the cluster started is left running.
 
-Every job runs once, in one cluster, under a lock that the pytest-xdist workers share; the tests
-read the records. Needs root and the SLURM packages (`make slurm` installs them); without them the
-tests skip, saying so. `make slurm-check` runs this file alone."""
+Every job runs once, in one cluster, under a lock that the pytest-xdist workers share, started in the
+background when the session begins (tests/conftest.py); the tests read the records. Needs root and the
+SLURM packages (`make slurm` installs them); without them the tests skip, saying so. `make slurm-check`
+runs this file alone."""
 
 from __future__ import annotations
 
 import json
 import os
 import random
+import threading
 import time
 from pathlib import Path
 
@@ -58,20 +60,38 @@ def run_every_event(folder: Path, seed: int) -> dict:
     return records
 
 
-@pytest.fixture(scope="session")
-def slurm_runs(tmp_path_factory, workers_folder) -> dict:
-    try:
-        check_can_run()
-    except SlurmError as e:
-        pytest.skip(str(e))
+def run_once(folder: Path) -> dict:
+    """Every event's records, from the one run of this test session: made now, under a lock that the
+    pytest-xdist workers share, unless another worker made it or is making it (then wait for it)."""
     seed = int(os.environ["DISTDOCS_KILL_SEED"])
-    folder = (workers_folder or tmp_path_factory.mktemp("slurm")) / "slurm"
     done = folder / "records.json"
     with file_lock(folder.parent / "slurm.lock"):
         if not done.exists():
             folder.mkdir(parents=True, exist_ok=True)
             done.write_text(json.dumps(run_every_event(folder, seed)))
     return json.loads(done.read_text()) | {"seed": seed}
+
+
+def start_in_background(folder: Path) -> threading.Thread | None:
+    """The run takes minutes of waiting for SLURM and little CPU: tests/conftest.py starts it in a
+    thread of the first worker when the session begins, so that no worker sits waiting for it. None
+    where SLURM cannot run here (the tests then skip, saying why)."""
+    try:
+        check_can_run()
+    except SlurmError:
+        return None
+    thread = threading.Thread(target=run_once, args=(folder,), name="slurm-runs", daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.fixture(scope="session")
+def slurm_runs(tmp_path_factory, workers_folder) -> dict:
+    try:
+        check_can_run()
+    except SlurmError as e:
+        pytest.skip(str(e))
+    return run_once((workers_folder or tmp_path_factory.mktemp("slurm")) / "slurm")
 
 
 def describe(record: dict, seed: int) -> str:

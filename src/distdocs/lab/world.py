@@ -47,6 +47,10 @@ def _context():
     before = os.environ.get("OMP_NUM_THREADS")
     os.environ["OMP_NUM_THREADS"] = "1"
     try:
+        if getattr(forkserver._forkserver, "_forkserver_pid", None) is None:
+            # Stopped and reaped when this process exits, not left to notice its parent has gone: a
+            # command that used a World then leaves nothing running, and its CPU counts as its child's.
+            atexit.register(forkserver._forkserver._stop)
         forkserver.ensure_running()
     finally:
         if before is None:
