@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 # Material prints a banner about its successor on every build; it is noise in test logs.
 export NO_MKDOCS_2_WARNING := 1
 
-.PHONY: soak exit-soak serve test test-fast lint build pdf audit bench check-upstream gpu-check lock chromium slurm slurm-check clean
+.PHONY: soak exit-soak serve test test-page test-fast test-torch lint build pdf audit bench check-upstream gpu-check lock chromium slurm slurm-check clean
 
 # The lock pins every package, torch==2.13.0 (a CPU build) among them: an unpinned torch would pull
 # a CUDA build of several GB. The stamp makes the install run again when the lock changes.
@@ -45,6 +45,12 @@ test: $(STAMP) chromium slurm
 	$(BIN)/python -m tools.deepspeed_ops
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --maxschedchunk 1 $(PYTEST_ARGS)
 
+# The loop for one page: everything PAGE shows (its inline fences, its commands and output blocks, the
+# examples it includes), then the fast tier. `make test-page PAGE=docs/lesson/collectives.md`.
+test-page: $(STAMP)
+	@test -f "$(PAGE)" || { echo "usage: make test-page PAGE=docs/SECTION/PAGE.md" >&2; exit 2; }
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --maxschedchunk 1 --page $(PAGE) tests $(PAGE) $(PYTEST_ARGS)
+
 # The editing loop: every test that needs no process group, no torchrun, no browser and no site build
 # (the `fast` tier: classifier, calculators, figures, saved-data claims, the pages' structure), in under
 # a minute. `make test` stays the one gate.
@@ -60,6 +66,12 @@ lint: $(STAMP)
 # launchers page gives for not running Horovod still holds, and whether the links to other sites answer.
 check-upstream: $(STAMP)
 	$(BIN)/python -m pytest -m upstream tests/test_upstream.py
+
+# Every example under another release of torch, by the tests' rule (tools/torch_check.py): a second venv,
+# .venv-torch-VERSION, and a report under benchmarks/. Not part of `make test`: several GB to install.
+test-torch: $(STAMP)
+	@test -n "$(VERSION)" || { echo "usage: make test-torch VERSION=2.14.1" >&2; exit 2; }
+	$(BIN)/python -m tools.torch_check $(VERSION)
 
 # The nccl half of every "runs unchanged on GPUs": on a CUDA machine, every GPU tab and every example,
 # one process per GPU, reported in benchmarks/gpu-check.txt. Without CUDA it skips, saying so.

@@ -4,32 +4,12 @@ The idea in one sentence: a page is a test. Every fenced block in docs/ is class
 has one way to be checked; a block that no check covers fails the suite.
 
 **1. Classify the fences** (`docexec.fences`). `classify(page)` reads a Markdown page and returns its
-fences, each with a `kind`:
-
-- `include`: the block pulls in a file or a section of one (`--8<-- "data_parallel/step01...py:setup"`);
-  an example is run as a whole by tests/test_examples.py; a saved table comes from `make bench`
-  (benchmarks/saved-data.yml); a module of `distdocs` is covered by its own tests.
-- `inline`: a small Python block; pytest-markdown-docs runs it in the test process.
-- `command`: a shell block of `torchrun`, `python` or `distdocs` lines; it is run exactly as written.
-- `output` and `excerpt`: a `text` block titled "Output" (all that the command above prints on
-  stdout) or "Excerpt" (lines among others on stdout and stderr, such as an error), right after a
-  command fence; they are compared with that command's run.
-- `node command` and `node excerpt`: one of the commands two machines would run (`node="ADDRESS"`);
-  tests run them together, each in a network namespace with that address; the "Excerpt" after one
-  holds lines that node printed.
-- `slurm command` and `slurm excerpt`: a `{.bash slurm}` block of `sbatch`, `scancel` or `scontrol`
-  lines, run as written on a SLURM cluster of network namespaces (tests/test_slurm.py), and the
-  "Excerpt" after it, lines of the job's log.
-- `not executed`: under `<!-- not executed: REASON -->`, for `make` itself and installs. Keep rare:
-  tests/test_docs.py allows five.
-- `unverified`: none of the above. tests/test_docs.py fails while any fence is unverified.
-
-A command fence's info string may add settings: `exit="1" within="60"` (a command meant to fail, with
-its exit code and a bound in seconds), `busy_port="29500"` (a port held open while it runs). Under a
-content tab titled "GPU ..." a command runs only where CUDA is present.
-
-`all_fences()` covers every page, `all_examples()` every script under examples/, and
-`example_command(script)` is the launch line in an example's docstring.
+fences, each with a `kind`: an include of an example, an inline block, a command, the Output or
+Excerpt after a command, a node's or a SLURM cluster's command, or one not executed (with its
+reason). `docexec.fences.KINDS` is the list, with what checks each kind; a fence of none of them
+fails the suite. `all_fences()` covers every page, `all_examples()` every script under examples/,
+`example_command(script)` is the launch line in an example's docstring, and
+`page_command(page, text)` the one command fence of a page that a test checks by what it prints.
 
 **2. Run commands as a reader would** (`docexec.commands`). `CommandRuns` runs each distinct command
 once per test session, in its own process session, with a hard timeout, and kills whatever it leaves.

@@ -150,11 +150,12 @@ class Background:
         self.stop()
 
 
-def command_env(gpu: bool) -> dict[str, str]:
-    """The reader's environment, with this venv's torchrun, python and distdocs first on PATH. CPU
-    commands run with the GPUs hidden, so that they test the gloo path on a GPU machine too."""
+def command_env(gpu: bool, python_bin: Path | None = None) -> dict[str, str]:
+    """The reader's environment, with this venv's torchrun, python and distdocs first on PATH (or
+    those of `python_bin`, another venv's bin/). CPU commands run with the GPUs hidden, so that they
+    test the gloo path on a GPU machine too."""
     env = dict(os.environ)
-    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
+    env["PATH"] = str(python_bin or Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
     env["PYTHONUNBUFFERED"] = "1"
     env["PYTHONPATH"] = str(EXIT_PROBE)
     if not gpu:
@@ -237,9 +238,10 @@ class CommandRuns:
     files and nothing else of this repository, with `distdocs` reduced to ALLOWED_IN_EXAMPLES. Every
     other command runs from the repository root."""
 
-    def __init__(self, shared: Path | None = None) -> None:
+    def __init__(self, shared: Path | None = None, python_bin: Path | None = None) -> None:
         self._results: dict[tuple[str, bool, int | None], CommandResult] = {}
         self._shared = shared
+        self._python_bin = python_bin  # another venv's bin/: its torchrun and python run the commands
 
     def run(self, command: str, gpu: bool = False, busy_port: int | None = None) -> CommandResult:
         key = (command, gpu, busy_port)
@@ -256,7 +258,7 @@ class CommandRuns:
         return self._results[key]
 
     def _run(self, command: str, gpu: bool, busy_port: int | None) -> CommandResult:
-        env = command_env(gpu)
+        env = command_env(gpu, self._python_bin)
         with (
             ports_held(self._shared, command, busy_port),
             tempfile.TemporaryDirectory(prefix="distdocs-copy-") as folder,

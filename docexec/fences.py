@@ -1,35 +1,13 @@
 """Find every code fence in the docs and say what kind it is, so that the tests can run each one and
-the coverage test can fail on any that nothing runs.
-
-Kinds, decided from the fence alone:
-- include: its body has a `--8<--` line (pymdownx.snippets); the example it names is run by
-  test_examples.py. Python includes carry `notest`, since pytest-markdown-docs would run the line.
-- inline: a python fence that pytest-markdown-docs collects and runs.
-- command: a shell fence whose every line starts with torchrun, python, distdocs or unshare, perhaps after
-  `NAME=value` settings for it (or is `wait`, after
-  commands started with `&`); test_docs.py runs it exactly as written. Under a content tab titled
-  "GPU ..." it runs only where CUDA is present.
-- output: a `text` fence titled "Output" after a command fence; test_docs.py checks that the command
-  still prints it.
-- excerpt: a `text` fence titled "Excerpt" after a command fence: lines that the command prints
-  among others (an error and its traceback, say). Each must appear in its output, numbers aside.
-
-- node command: a command fence with `node="ADDRESS"` in its info string, one of the commands that
-  two machines would run. test_multi_node.py runs each page's node commands together, each in a
-  network namespace that has that address on an interface named `eth0`, exactly as written but for
-  the `ip netns exec` in front. A `text` fence titled "Excerpt" after one (a node excerpt) holds
-  lines that the node printed, checked there.
-
-- slurm command: a shell fence marked `{.bash slurm}` whose every line starts with sbatch, scancel
-  or scontrol (after `NAME=value` settings): test_slurm.py runs it exactly as written, from a copy of
-  the repository's layout, on the controller of a SLURM cluster in network namespaces. A `text`
-  fence titled "Excerpt" after it (a slurm excerpt) holds lines of the job's log, checked there.
+the coverage test can fail on any that nothing runs. KINDS below names each kind and what checks it:
+this is the one list (the package's docstring and the testing page point here, and a test holds the
+page's table to it).
 
 A command that is meant to fail, as the debugging guide's broken examples do, says so in its info
 string: `{.bash exit="1"}` is the exit code it must end with, and `within="30"` the seconds it must
 end within. Any command may also say `busy_port="29500"`: a port the test holds open on 127.0.0.1
-while it runs, as another job would.
-- not executed: the fence sits right under `<!-- not executed: REASON -->`. Keep these rare.
+while it runs, as another job would. Under a content tab titled "GPU ..." a command runs only where
+CUDA is present.
 """
 
 from __future__ import annotations
@@ -38,6 +16,29 @@ import re
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
+
+# Every kind of fence, decided from the fence alone, and what checks it.
+KINDS = {
+    "include": "its body has a `--8<--` line (pymdownx.snippets): the example it names runs whole in "
+    "test_examples.py; Python includes carry `notest`, since pytest-markdown-docs would run the line",
+    "inline": "a python fence that pytest-markdown-docs collects and runs",
+    "command": "a shell fence whose every line starts with torchrun, python, distdocs or unshare, perhaps "
+    "after `NAME=value` settings (or is `wait`, after commands started with `&`): test_docs.py runs it "
+    "exactly as written",
+    "output": 'a `text` fence titled "Output" after a command: all that the command prints on stdout, '
+    "compared by test_docs.py",
+    "excerpt": 'a `text` fence titled "Excerpt" after a command: lines among what it prints (an error, '
+    "say), each found in its output, numbers aside",
+    "node command": 'a command fence with `node="ADDRESS"`: one of the commands two machines would run; '
+    "test_multi_node.py runs a page's node commands together, each in a network namespace with that "
+    "address on `eth0`",
+    "node excerpt": 'a `text` fence titled "Excerpt" after a node command: lines that node printed',
+    "slurm command": "a `{.bash slurm}` fence of sbatch, scancel or scontrol lines: test_slurm.py runs it "
+    "as written on the controller of a SLURM cluster of network namespaces",
+    "slurm excerpt": 'a `text` fence titled "Excerpt" after a slurm command: lines of the job\'s log',
+    "not executed": "the fence sits right under `<!-- not executed: REASON -->`; keep these rare",
+    "unverified": "none of the above: test_docs.py fails while any fence is one",
+}
 
 REPO = Path(__file__).resolve().parent.parent
 DOCS = REPO / "docs"

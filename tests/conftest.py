@@ -58,6 +58,12 @@ def pytest_addoption(parser):
         help="append each test's CPU seconds (its own and its children's) and wall seconds to FILE, one JSON line each",
     )
     parser.addoption(
+        "--page",
+        metavar="docs/PAGE.md",
+        help="run what one page shows (its inline fences, commands, output blocks and the examples it "
+        "includes) and the fast tier, and nothing else: `make test-page PAGE=...`",
+    )
+    parser.addoption(
         "--update-outputs",
         action="store_true",
         help="rewrite the Output blocks in docs/ with what the commands print now",
@@ -287,6 +293,10 @@ def pytest_collection_modifyitems(config, items):
         if len(tiers) != 1 and item.get_closest_marker("upstream") is None:
             untiered.append(f"{item.nodeid}: {', '.join(sorted(tiers)) or 'no tier'}")
     items.sort(key=lambda item: item.get_closest_marker("site") is None)  # stable: the rest keep their order
+    if config.getoption("--page"):
+        keep = [item for item in items if item.get_closest_marker("fast") or shows(config.getoption("--page"), item)]
+        config.hook.pytest_deselected(items=[item for item in items if item not in keep])
+        items[:] = keep
     if untiered:
         raise pytest.UsageError(
             "every test needs exactly one tier marker, " + " or ".join(TIERS) + ":\n  " + "\n  ".join(untiered)
@@ -310,3 +320,18 @@ def longest_first(items: list, config) -> list:
     rest = [item for item in ordered if not item.get_closest_marker("site")]
     first_round = 2 * workers  # pytest-xdist keeps two tests pending on each worker
     return rest[:first_round] + site + rest[first_round:]
+
+
+def shows(page: str, item) -> bool:
+    """Whether `item` runs what `page` shows: a command, output or excerpt of the page (test_docs.py's
+    tests, whose ids name the page and line), one of its inline fences, or an example it includes."""
+    from docexec.fences import REPO, classify
+
+    page = page.removeprefix("./")
+    if f"[{page}:" in item.nodeid or item.nodeid.startswith(f"{page}::"):
+        return True
+    if "test_example_passes_its_self_check[" in item.nodeid:
+        included = {t.split(":")[0] for f in classify(REPO / page) for t in f.includes}
+        example = item.nodeid.split("[", 1)[1].rstrip("]").removeprefix("examples/")
+        return example in included
+    return False

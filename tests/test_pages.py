@@ -158,3 +158,13 @@ def test_one_word_for_one_thing_sync_bound_with_its_synonym_only_in_the_glossary
     pages = sorted(DOCS.rglob("*.md")) + sorted((DOCS / "lab").glob("*.py")) + [REPO / "includes/abbreviations.md"]
     using = [str(p.relative_to(REPO)) for p in pages if "coordination-bound" in p.read_text().lower()]
     assert using == ["docs/reference/glossary.md"], using
+
+
+def test_the_testing_pages_table_names_every_kind_of_fence_there_is():
+    """docexec.fences.KINDS is the one list; the page's table shows it to a reader."""
+    from docexec.fences import KINDS
+
+    table = (DOCS / "appendix/testing.md").read_text()
+    table = table[table.index("| Block (its kind") : table.index("Commands in a **GPU** tab")]
+    named = set(re.findall(r"\(`([a-z ]+)`(?:, `([a-z ]+)`)?\)", table))
+    assert {k for pair in named for k in pair if k} == set(KINDS), named

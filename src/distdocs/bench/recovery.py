@@ -17,6 +17,7 @@ from pathlib import Path
 
 from distdocs.arguments import require
 from distdocs.bench.harness import machine_line
+from distdocs.processes import kill_session
 
 EXAMPLE = "examples/fault_tolerance/step01_resume_after_kill.py"
 # The lines that mark each moment: the example's own, and torchrun's (LOGLEVEL=INFO).
@@ -65,7 +66,10 @@ def timed_run(example: str, kill_at_step: int, timeout_s: float = 300) -> dict:
         seen: dict[str, float] = {}
         steps: dict[str, int] = {}
         lines = []
-        proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+        # A session of its own: however the run ends, its ranks end with it (kill_session).
+        proc = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True
+        )
         try:
             for line in proc.stdout:
                 now = time.monotonic() - start
@@ -80,9 +84,8 @@ def timed_run(example: str, kill_at_step: int, timeout_s: float = 300) -> dict:
                     raise RuntimeError(f"the killed run took over {timeout_s} s")
             proc.wait(timeout=timeout_s)
         finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+            kill_session(proc.pid)
+            proc.wait()
     missing = [name for name in MARKS if name not in seen]
     if proc.returncode != 0 or missing:
         tail = "".join(lines[-20:])

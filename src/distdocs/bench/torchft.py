@@ -22,6 +22,7 @@ from pathlib import Path
 from distdocs.arguments import require
 from distdocs.bench import recovery
 from distdocs.bench.harness import machine_line
+from distdocs.processes import kill_session
 
 EXAMPLE = "examples/fault_tolerance/step04_torchft.py"
 KILL = re.compile(r"\[group 1\] SIGKILL at step (\d+)")
@@ -74,7 +75,10 @@ def torchft_run(kill_at_step: int, later_s: float = 0.0, step_seconds: float = 0
     def launch(group: int, *extra: str) -> subprocess.Popen:
         env = {**os.environ, "TORCHFT_LIGHTHOUSE": f"http://127.0.0.1:{port}", "REPLICA_GROUP_ID": str(group)}
         command = [torchrun, "--standalone", "--nproc_per_node=1", EXAMPLE, "--step-seconds", str(step_seconds), *extra]
-        proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+        # A session of its own, so that its ranks end with it (kill_session)
+        proc = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True
+        )
 
         def read() -> None:
             for line in proc.stdout:
@@ -94,9 +98,8 @@ def torchft_run(kill_at_step: int, later_s: float = 0.0, step_seconds: float = 0
         codes = [procs[0].wait(timeout=timeout_s), procs[2].wait(timeout=timeout_s)]
     finally:
         for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+            kill_session(proc.pid)
+            proc.wait()
     for reader in readers:  # a process's output ends when it does
         reader.join(timeout=10)
     text = "".join(line for _, line in lines)
