@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 # Material prints a banner about its successor on every build; it is noise in test logs.
 export NO_MKDOCS_2_WARNING := 1
 
-.PHONY: soak exit-soak serve test test-page test-fast test-torch lint build pdf audit bench check-upstream gpu-check lock chromium slurm slurm-check clean
+.PHONY: soak exit-soak preempt-soak serve test test-page test-fast test-torch lint build pdf audit bench check-upstream gpu-check lock chromium slurm slurm-check clean
 
 # The lock pins every package, torch==2.13.0 (a CPU build) among them: an unpinned torch would pull
 # a CUDA build of several GB. The stamp makes the install run again when the lock changes.
@@ -93,6 +93,13 @@ soak: $(STAMP)
 # about an hour and a half on 2 cores. `make test` checks every run's exit directly (docexec/exit_probe).
 exit-soak: $(STAMP)
 	$(BIN)/python -m tools.saved_data run exit-soak
+
+# The preemption soak: the SLURM job preempted fifty times (scancel --batch --signal=USR1), each job
+# cancelled once it trains again, counting the runs in which the ranks did not save on SIGTERM. Saved
+# with the machine to benchmarks/slurm-preempt-soak-cpu.*; about half an hour; root (a SLURM cluster in
+# network namespaces). `make test` preempts the job once.
+preempt-soak: $(STAMP) slurm
+	$(BIN)/python -m tools.saved_data run preempt-soak
 
 # The browser test drives Debian's chromium through Playwright's Python package. Never run
 # `playwright install`: it downloads a browser, which this network does not allow.

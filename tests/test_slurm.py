@@ -111,6 +111,7 @@ def test_the_job_script_runs_across_two_nodes(slurm_runs, command_runs):
 def test_a_lost_node_is_requeued_onto_the_nodes_left_and_resumes_bitwise(slurm_runs):
     run, none = slurm_runs["node-loss"], slurm_runs["none"]
     why = describe(run, slurm_runs["seed"])
+    assert not run["missing"], why
     assert run["state"] == "COMPLETED" and run["restarts"] == 1, why
     assert run["nodes_before"] == "node[1-2]" and run["nodes_after"] == "node[1,3]", why
     assert run["hash"] == none["hash"] and "self-check passed" in run["output"], why
@@ -122,6 +123,7 @@ def test_a_lost_node_is_requeued_onto_the_nodes_left_and_resumes_bitwise(slurm_r
 def test_a_preempted_job_checkpoints_on_the_signal_requeues_and_resumes_there(slurm_runs):
     run, none = slurm_runs["preempt"], slurm_runs["none"]
     why = describe(run, slurm_runs["seed"])
+    assert not run["missing"], f"no line for {run['missing']}: a preempted job that did not save?\n{why}"
     assert run["state"] == "COMPLETED" and run["restarts"] == 1, why
     assert "USR1 reached the batch shell" in run["output"], why
     # The checkpoint is the one the signal caused, not a periodic one, and the job resumed from it.

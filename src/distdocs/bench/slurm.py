@@ -89,6 +89,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--events", default="node-loss,preempt", help="which, comma-separated (default: node-loss,preempt)"
     )
+    parser.add_argument(
+        "--until-resumed",
+        action="store_true",
+        help="cancel each job once it trains again, rather than let it finish: a soak that counts the "
+        "saves on the signal, not the final weights",
+    )
 
 
 def main(args: argparse.Namespace, progress=None) -> list[dict]:
@@ -106,7 +112,10 @@ def main(args: argparse.Namespace, progress=None) -> list[dict]:
             for i in range(args.repeat):
                 if progress:
                     progress(f"{event}, run {i + 1} of {args.repeat}")
-                records.append(run_job(cluster, Path(tmp) / f"{event}-{i}", event, rng))
+                run = run_job(cluster, Path(tmp) / f"{event}-{i}", event, rng, until_resumed=args.until_resumed)
+                records.append(run)
+                if progress and run.get("missing"):
+                    progress(f"{event}, run {i + 1}: no {' or '.join(run['missing'])} line")
     return records
 
 
@@ -119,10 +128,12 @@ def run_job(
     timeout_s: float = 300,
     submit: str = "",
     example: str = EXAMPLE,
+    until_resumed: bool = False,
 ) -> dict:
     """Submit the job script with SUBMIT (with `slow`, SLOW first), or `submit`, from `workdir`, laid
     out as the repository with the job script and `example`, let the event happen between 1 and 5 s
-    into training, and wait for the job to end. Returns its state, output, and each moment in s after
+    into training, and wait for the job to end (with `until_resumed`, scancel it once it trains again
+    after the event). Returns its state, output, and each moment in s after
     the event."""
     if event not in EVENTS:
         raise ValueError(f"event {event!r}: expected one of {', '.join(EVENTS)}")
@@ -136,6 +147,7 @@ def run_job(
     deadline = time.time() + timeout_s
     delay = round(rng.uniform(1, 5), 2)
     event_at = None
+    cancelled = False
     nodes = ""
     info: dict = {}
     while True:
@@ -152,6 +164,10 @@ def run_job(
                 cluster.lose_node(lost)
             else:
                 shell(cluster, COMMANDS[event], workdir)
+        if until_resumed and event_at and not cancelled:
+            if any(t >= event_at and "resumed from step" in line for t, line in arrived):
+                shell(cluster, f"scancel {job}", workdir)
+                cancelled = True
         info = cluster.job(job)
         if info["JobState"] in DONE and (event == "none" or event_at is not None):
             break
@@ -188,37 +204,47 @@ def shell(cluster: Cluster, command: str, cwd: Path) -> str:
 
 
 def moments(cluster: Cluster, job: int, event: str, event_at: float, arrived: list) -> dict:
-    """When each mark of `event` came, in s after the event, and what it matched."""
+    """When each mark of `event` came, in s after the event, and what it matched; `missing` names the
+    marks that never came (a preempted job whose ranks did not save, say)."""
     ctl = []
     for line in cluster.log("slurmctld").splitlines():
         m = re.match(r"\[(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+)\] (.*)", line)
         if m:
             ctl.append((datetime.fromisoformat(m.group(1)).timestamp(), m.group(2)))
-    seen, found = {}, {}
+    seen, found, missing = {}, {}, []
     for name, (where, pattern) in MARKS[event].items():
         regex = re.compile(pattern.format(job=job))
         lines = ctl if where == "slurmctld" else arrived
         hit = next(((t, m) for t, line in lines if t >= event_at - 0.01 and (m := regex.search(line))), None)
         if hit is None:
-            raise RuntimeError(f"job {job} ({event}): no {where} line matched {regex.pattern!r}")
+            missing.append(name)
+            continue
         seen[name] = hit[0] - event_at
         if hit[1].groups():
             found[name] = hit[1].group(1)
-    record = {"moments_s": seen}
+    record = {"moments_s": seen, "missing": missing}
     if "checkpoint" in found:
         record["checkpoint_step"] = int(found["checkpoint"])
-    record["resumed_from"] = int(found["resumed"])
+    if "resumed" in found:
+        record["resumed_from"] = int(found["resumed"])
     return record
 
 
 def format_table(records: list[dict], machine: dict) -> str:
     lines = []
     for event, phases in PHASES.items():
-        runs = [r for r in records if r["event"] == event]
-        if not runs:
+        every = [r for r in records if r["event"] == event]
+        runs = [r for r in every if not r.get("missing")]  # the phases of the runs in which every mark came
+        if not every:
             continue
         what = "the job's second node SIGKILLed" if event == "node-loss" else "scancel --batch --signal=USR1"
         lines.append(machine_line(machine, f"SLURM 22.05, {what}, 1 to 5 s into training; medians of {len(runs)}"))
+        for name in dict.fromkeys(name for r in every for name in r.get("missing", [])):
+            count = sum(name in r.get("missing", []) for r in every)
+            lines.append(f"runs with no {name} line: {count} of {len(every)}")
+        if not runs:
+            lines.append("")
+            continue
         lines.append(f"{'phase':<64} {'seconds':>8}")
         for later, earlier, text in phases:
             span = statistics.median(r["moments_s"][later] - r["moments_s"].get(earlier, 0.0) for r in runs)
@@ -244,7 +270,7 @@ def plot(records: list[dict], machine: dict) -> str:
         ("C0", "torchrun starts, the group forms, the checkpoint loads"),
     ]
     for y, event in enumerate(events):
-        runs = [r for r in records if r["event"] == event]
+        runs = [r for r in records if r["event"] == event and not r.get("missing")]
         start = 0.0
         for (later, earlier, _), (colour, _) in zip(PHASES[event], kinds):
             span = statistics.median(r["moments_s"][later] - r["moments_s"].get(earlier, 0.0) for r in runs)
