@@ -325,15 +325,19 @@ def refuse_in_process(command: str) -> tuple[int | None, str]:
     (RANK=0, LOCAL_RANK=0, WORLD_SIZE from --nproc_per_node), until it exits. Returns its exit code
     (None if it returned without exiting) and what it wrote to stderr. Refusals come before
     init_process_group, so no group is started; one that came later would fail at once, with no
-    MASTER_ADDR to meet at. sys.argv and the environment are restored afterwards."""
+    MASTER_ADDR to meet at. sys.argv, the environment, the SIGTERM handler and the signal wakeup fd
+    (which an example that saves on SIGTERM sets) are restored afterwards."""
     import io
     import runpy
     import shlex
+    import signal
 
     words = shlex.split(command)
     script = next(i for i, w in enumerate(words) if EXAMPLE_PATH.fullmatch(w))
     nproc = next((w.split("=", 1)[1] for w in words[:script] if w.startswith("--nproc_per_node=")), "1")
     saved_argv, saved_env = sys.argv, dict(os.environ)
+    saved_sigterm, saved_wakeup = signal.getsignal(signal.SIGTERM), signal.set_wakeup_fd(-1)
+    signal.set_wakeup_fd(saved_wakeup)
     err = io.StringIO()
     os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE=nproc, LOCAL_WORLD_SIZE=nproc)
     for name in ("MASTER_ADDR", "MASTER_PORT"):
@@ -349,6 +353,8 @@ def refuse_in_process(command: str) -> tuple[int | None, str]:
         sys.argv = saved_argv
         os.environ.clear()
         os.environ.update(saved_env)
+        signal.signal(signal.SIGTERM, saved_sigterm)
+        signal.set_wakeup_fd(saved_wakeup)
     return code, err.getvalue()
 
 

@@ -10,12 +10,24 @@ checks twenty."""
 
 from __future__ import annotations
 
+import ast
+import contextlib
 import os
+import queue
 import random
+import re
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
 
 import pytest
 
-from docexec.commands import check_refusal
+from distdocs.processes import kill_session, pids, process_stat
+
+from docexec.commands import check_refusal, command_env
+from docexec.fences import REPO
 
 pytestmark = pytest.mark.processes  # the test tier: see the testing page
 
@@ -170,3 +182,64 @@ def test_a_restart_finds_the_dead_ranks_address_in_the_store_unless_sharing_is_d
 )
 def test_impossible_checkpoint_settings_get_one_line_and_exit_2(command, message):
     check_refusal(command, message)
+
+
+def example_constant(name: str):
+    tree = ast.parse((REPO / SCRIPT).read_text())
+    found = [n.value for n in tree.body if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", None) == name]
+    return ast.literal_eval(found[0])
+
+
+def test_a_rank_whose_peer_is_gone_leaves_within_the_grace_period_after_sigterm(tmp_path):
+    """SIGTERM to rank 0 while rank 1 is frozen (SIGSTOP: a peer that will never answer). Rank 0 cannot
+    save without it; instead of waiting in its collective past the scheduler's grace period, until
+    SIGKILL, it leaves GRACE_S after the signal and says why. A rank that only handled SIGTERM in
+    Python would sit in gloo's wait for TIMEOUT_S, and this test would fail."""
+    grace, timeout = example_constant("GRACE_S"), example_constant("TIMEOUT_S")
+    assert grace + 10 < timeout, "the test could not tell the grace period from gloo's timeout"
+    command = ["torchrun", "--standalone", "--nproc_per_node=2", str(REPO / SCRIPT), "--step-seconds=0.3"]
+    proc = subprocess.Popen(
+        [*command, f"--ckpt-dir={tmp_path}"],
+        cwd=tmp_path,
+        env=command_env(gpu=False),
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True).start()
+    seen: list[str] = []
+
+    def wait_for(pattern: str, within_s: float) -> float:
+        end = time.monotonic() + within_s
+        while time.monotonic() < end:
+            try:
+                seen.append(lines.get(timeout=0.1))
+            except queue.Empty:
+                continue
+            if re.search(pattern, seen[-1]):
+                return time.monotonic()
+        raise AssertionError(f"no line matched {pattern!r} within {within_s} s:\n" + "".join(seen[-40:]))
+
+    ranks = {}
+    try:
+        wait_for(r"attempt 0: starting at step 0", 120)
+        for pid in pids():  # torchrun starts each worker in a session of its own
+            if (stat := process_stat(pid)) and stat.ppid == proc.pid:
+                environ = b"\x00" + Path(f"/proc/{pid}/environ").read_bytes()
+                rank = re.search(rb"\x00RANK=(\d+)\x00", environ)
+                ranks[int(rank.group(1))] = pid
+        assert sorted(ranks) == [0, 1], ranks
+        os.kill(ranks[1], signal.SIGSTOP)
+        signalled = time.monotonic()
+        os.kill(ranks[0], signal.SIGTERM)
+        left = wait_for(rf"SIGTERM {grace} s ago and no checkpoint: a peer is gone; leaving", grace + 15)
+        assert grace - 1 <= left - signalled <= grace + 10, f"left {left - signalled:.1f} s after SIGTERM"
+        assert not any("SIGTERM: saved" in line for line in seen)
+    finally:
+        for pid in ranks.values():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        kill_session(proc.pid)
+        proc.wait(timeout=30)

@@ -168,3 +168,13 @@ def test_the_testing_pages_table_names_every_kind_of_fence_there_is():
     table = table[table.index("| Block (its kind") : table.index("Commands in a **GPU** tab")]
     named = set(re.findall(r"\(`([a-z ]+)`(?:, `([a-z ]+)`)?\)", table))
     assert {k for pair in named for k in pair if k} == set(KINDS), named
+
+
+def test_the_multi_node_page_states_the_preemption_examples_own_grace_and_timeout():
+    import ast
+
+    tree = ast.parse((REPO / "examples/fault_tolerance/step01_resume_after_kill.py").read_text())
+    assigned = [n for n in tree.body if isinstance(n, ast.Assign) and isinstance(n.targets[0], ast.Name)]
+    value = {n.targets[0].id: ast.literal_eval(n.value) for n in assigned if n.targets[0].id.endswith("_S")}
+    page = " ".join((DOCS / "operations/multi-node.md").read_text().split())
+    assert f"`GRACE_S` ({value['GRACE_S']} s)" in page and f"({value['TIMEOUT_S']} s in the example" in page

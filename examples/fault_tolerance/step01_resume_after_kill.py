@@ -41,6 +41,12 @@ import distdocs.checkpoint as checkpoint
 NPROC_PER_NODE = 2
 TIMEOUT_S = 60
 
+# A scheduler stops a job with SIGTERM, then SIGKILL a grace period later: SLURM's KillWait, 30 s by
+# default; Kubernetes' terminationGracePeriodSeconds, also 30. A rank that has not saved GRACE_S after
+# SIGTERM waits for a peer that is gone, and no checkpoint can be written without it: it leaves then,
+# saying so, instead of being killed silently. Keep it under your cluster's grace period.
+GRACE_S = 20
+
 SAMPLES, BATCH, EPOCHS = 512, 16, 2  # 512 / (2 ranks x 16) = 16 steps an epoch, 32 in all
 STOP = threading.Event()  # set by SIGTERM; the training loop checks it after every step
 
@@ -61,6 +67,7 @@ def usage_error(message: str) -> None:
 
 
 def parse_args() -> argparse.Namespace:
+    stop_on_sigterm()  # first of all: from here on, SIGTERM means "save and stop", not "die now"
     world = int(os.environ.get("WORLD_SIZE", NPROC_PER_NODE))
     steps = EPOCHS * SAMPLES // (world * BATCH)
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -114,7 +121,6 @@ def run(args: argparse.Namespace, device: torch.device) -> None:
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
 
     model, opt, sched, loader = build(device, args.workers)
-    signal.signal(signal.SIGTERM, lambda signum, frame: STOP.set())  # act on it between steps, not mid-step
 
     # --8<-- [start:resume]
     step, state = checkpoint.load_latest_checkpoint(args.ckpt_dir)
@@ -215,6 +221,36 @@ def train(model, opt, sched, loader, step: int, device, args, attempt: int) -> b
                 break
     # --8<-- [end:train]
     return True
+
+
+# --8<-- [start:stop_on_sigterm]
+def stop_on_sigterm() -> None:
+    """SIGTERM sets STOP, which the loop reads between steps, and starts the GRACE_S clock. Python runs
+    a signal handler only between two bytecodes of the main thread, so a rank that waits in a
+    collective would not even see the signal until gloo gives up (TIMEOUT_S). A thread hears it at
+    once instead, through the wakeup fd that the interpreter writes as the signal arrives."""
+    heard, wakeup = os.pipe()
+    os.set_blocking(wakeup, False)
+    signal.set_wakeup_fd(wakeup)
+    signal.signal(signal.SIGTERM, lambda signum, frame: None)  # a Python handler: the fd hears SIGTERM
+
+    def watch() -> None:
+        while os.read(heard, 1) != bytes([signal.SIGTERM]):  # another signal (Ctrl-C): not this one
+            pass
+        STOP.set()
+        time.sleep(GRACE_S)  # a rank that saved has exited by now
+        rank = os.environ.get("RANK", "0")
+        print(
+            f"[rank {rank}] SIGTERM {GRACE_S} s ago and no checkpoint: a peer is gone; leaving",
+            file=sys.stderr,
+            flush=True,
+        )
+        os._exit(128 + signal.SIGTERM)  # the main thread is stuck in C++: only a hard exit ends it
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
+# --8<-- [end:stop_on_sigterm]
 
 
 # --8<-- [start:stop_requested]
