@@ -417,6 +417,18 @@ def test_exit_soak_counts_a_rank_that_aborts_at_exit():
 
 
 @pytest.mark.fast
+def test_the_saved_preemption_soak_saved_on_every_signal():
+    """`make preempt-soak`: fifty preemptions of the SLURM job, and in each the ranks saved at the
+    signal's step and the requeued job resumed from exactly that step."""
+    data = saved("slurm-preempt-soak-cpu")
+    runs = data["records"]
+    assert len(runs) >= 50 and {r["event"] for r in runs} == {"preempt"}
+    assert [r["job"] for r in runs if r["missing"]] == []
+    assert all(r["checkpoint_step"] == r["resumed_from"] > 0 and r["restarts"] == 1 for r in runs)
+    assert f"medians of {len(runs)}" in (REPO / "benchmarks/slurm-preempt-soak-cpu.txt").read_text()
+
+
+@pytest.mark.fast
 def test_saved_slurm_recovery_is_drawn_from_its_data_and_supports_what_the_multi_node_page_says():
     data = saved("slurm-recovery-cpu")
     records = data["records"]

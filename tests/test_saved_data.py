@@ -9,14 +9,14 @@ import re
 
 import pytest
 
-from docexec.fences import DOCS, REPO
+from docexec.fences import DOCS, REPO, all_examples
 from tools.saved_data import FOLDERS, LIST, artefacts
 
 pytestmark = pytest.mark.fast  # the test tier: see the testing page
 
 ARTEFACTS = artefacts()
 GPU = "gpu-" + "check"  # the target whose file only a CUDA machine writes (spelt so as not to read it)
-TARGETS = {"bench", "audit", "exit-soak", GPU, "by hand"}  # make targets, or by hand
+TARGETS = {"bench", "audit", "exit-soak", "preempt-soak", "test-torch", GPU, "by hand"}  # make targets, or by hand
 HOOKS = REPO / "hooks"
 
 
@@ -77,3 +77,26 @@ def test_the_readme_states_the_suites_time_from_the_saved_profile():
     wall = re.search(r"^# wall (\d+) s", (REPO / "benchmarks/test-durations-cpu.txt").read_text(), re.M)
     said = re.search(r"it takes about (\d+) minutes", " ".join((REPO / "README.md").read_text().split()))
     assert wall and said and int(said.group(1)) == (int(wall.group(1)) + 30) // 60, "README: update the suite's time"
+
+
+def release(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in version.split("+")[0].split("."))
+
+
+def test_the_torch_range_claims_only_releases_under_which_every_example_passed():
+    """`make test-torch VERSION=...` reports on every example under that release. pyproject.toml's
+    lower bound is a release whose report passed, and every report at or above it passed; a report
+    below it may show why the bound is there."""
+    reports = {
+        p.name[len("torch-") : -len("-cpu.txt")]: p.read_text() for p in (REPO / "benchmarks").glob("torch-*-cpu.txt")
+    }
+    examples = {str(p.relative_to(REPO)) for p in all_examples()}
+    passed = set()
+    for version, text in reports.items():
+        lines = {line.split(": ")[0]: line for line in text.splitlines()[1:]}
+        assert set(lines) == examples, f"torch {version}: the report does not cover every example"
+        if all(": passed in " in line or ": not run: it needs " in line for line in lines.values()):
+            passed.add(version)
+    bound = re.search(r'"torch>=([\d.]+)"', (REPO / "pyproject.toml").read_text()).group(1)
+    assert any(release(v)[: len(release(bound))] == release(bound) for v in passed), f"no passing report for {bound}"
+    assert all(v in passed for v in reports if release(v) >= release(bound)), sorted(reports.keys() - passed)

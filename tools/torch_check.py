@@ -73,7 +73,8 @@ def main(argv: list[str]) -> int:
         lines.append(f"{name}: {'FAILED: ' + '; '.join(wrong) if wrong else 'passed'} in {result.elapsed_s:.1f} s")
         if wrong:  # the error that ended it, as the rank's traceback names it
             errors = [line for line in result.stderr.splitlines() if re.search(r"\w+(Error|Exception): ", line)]
-            lines[-1] += f"; {errors[-1].strip()}" if errors else ""
+            ranks = [line for line in errors if line.startswith("[rank")]  # not torchrun's ChildFailedError
+            lines[-1] += f"; {(ranks or errors)[0].strip()}" if errors else ""
         print(lines[-1], flush=True)
     report.write_text("\n".join(lines) + "\n")
     print(f"torch-check: {failed} failed under torch {found[0]}; report in {report.relative_to(REPO)}")
