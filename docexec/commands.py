@@ -325,8 +325,8 @@ def refuse_in_process(command: str) -> tuple[int | None, str]:
     (RANK=0, LOCAL_RANK=0, WORLD_SIZE from --nproc_per_node), until it exits. Returns its exit code
     (None if it returned without exiting) and what it wrote to stderr. Refusals come before
     init_process_group, so no group is started; one that came later would fail at once, with no
-    MASTER_ADDR to meet at. sys.argv, the environment, the SIGTERM handler and the signal wakeup fd
-    (which an example that saves on SIGTERM sets) are restored afterwards."""
+    MASTER_ADDR to meet at. sys.argv, the environment and the SIGTERM handler (which an example that
+    saves on SIGTERM sets) are restored afterwards."""
     import io
     import runpy
     import shlex
@@ -336,8 +336,7 @@ def refuse_in_process(command: str) -> tuple[int | None, str]:
     script = next(i for i, w in enumerate(words) if EXAMPLE_PATH.fullmatch(w))
     nproc = next((w.split("=", 1)[1] for w in words[:script] if w.startswith("--nproc_per_node=")), "1")
     saved_argv, saved_env = sys.argv, dict(os.environ)
-    saved_sigterm, saved_wakeup = signal.getsignal(signal.SIGTERM), signal.set_wakeup_fd(-1)
-    signal.set_wakeup_fd(saved_wakeup)
+    saved_sigterm = signal.getsignal(signal.SIGTERM)
     err = io.StringIO()
     os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE=nproc, LOCAL_WORLD_SIZE=nproc)
     for name in ("MASTER_ADDR", "MASTER_PORT"):
@@ -354,7 +353,6 @@ def refuse_in_process(command: str) -> tuple[int | None, str]:
         os.environ.clear()
         os.environ.update(saved_env)
         signal.signal(signal.SIGTERM, saved_sigterm)
-        signal.set_wakeup_fd(saved_wakeup)
     return code, err.getvalue()
 
 

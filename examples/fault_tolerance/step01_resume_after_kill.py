@@ -39,13 +39,13 @@ import distdocs.checkpoint as checkpoint
 # while you learn. A real job sets more than its longest pause outside collectives (a checkpoint save,
 # evaluation on rank 0, compile or autotune warm-up), 1800 s or more, on gloo and nccl alike.
 NPROC_PER_NODE = 2
-TIMEOUT_S = 60
+TIMEOUT_S = 20
 
 # A scheduler stops a job with SIGTERM, then SIGKILL a grace period later: SLURM's KillWait, 30 s by
-# default; Kubernetes' terminationGracePeriodSeconds, also 30. A rank that has not saved GRACE_S after
-# SIGTERM waits for a peer that is gone, and no checkpoint can be written without it: it leaves then,
-# saying so, instead of being killed silently. Keep it under your cluster's grace period.
-GRACE_S = 20
+# default; Kubernetes' terminationGracePeriodSeconds, also 30. TIMEOUT_S is under it, so a rank whose
+# peer is stuck or gone, and which therefore cannot save, has its collective fail in Python and leaves
+# on its own, saying so, before SIGKILL would end it without a word. With a real job's longer timeout,
+# SIGKILL ends such a rank.
 
 SAMPLES, BATCH, EPOCHS = 512, 16, 2  # 512 / (2 ranks x 16) = 16 steps an epoch, 32 in all
 STOP = threading.Event()  # set by SIGTERM; the training loop checks it after every step
@@ -142,6 +142,9 @@ def run(args: argparse.Namespace, device: torch.device) -> None:
         traceback.clear_frames(e.__traceback__)
         del model, opt, sched, loader
         gc.collect()
+        if STOP.is_set() and isinstance(e, RuntimeError):  # SIGTERM, and a collective failed: no save
+            print(f"[rank {rank}] SIGTERM, and a peer did not answer: no checkpoint; leaving", file=sys.stderr)
+            sys.exit(128 + signal.SIGTERM)
         raise
     if not finished:
         # Stopped by SIGTERM, with a checkpoint on disk. Exit as a process that SIGTERM ended does, so
@@ -225,29 +228,10 @@ def train(model, opt, sched, loader, step: int, device, args, attempt: int) -> b
 
 # --8<-- [start:stop_on_sigterm]
 def stop_on_sigterm() -> None:
-    """SIGTERM sets STOP, which the loop reads between steps, and starts the GRACE_S clock. Python runs
-    a signal handler only between two bytecodes of the main thread, so a rank that waits in a
-    collective would not even see the signal until gloo gives up (TIMEOUT_S). A thread hears it at
-    once instead, through the wakeup fd that the interpreter writes as the signal arrives."""
-    heard, wakeup = os.pipe()
-    os.set_blocking(wakeup, False)
-    signal.set_wakeup_fd(wakeup)
-    signal.signal(signal.SIGTERM, lambda signum, frame: None)  # a Python handler: the fd hears SIGTERM
-
-    def watch() -> None:
-        while os.read(heard, 1) != bytes([signal.SIGTERM]):  # another signal (Ctrl-C): not this one
-            pass
-        STOP.set()
-        time.sleep(GRACE_S)  # a rank that saved has exited by now
-        rank = os.environ.get("RANK", "0")
-        print(
-            f"[rank {rank}] SIGTERM {GRACE_S} s ago and no checkpoint: a peer is gone; leaving",
-            file=sys.stderr,
-            flush=True,
-        )
-        os._exit(128 + signal.SIGTERM)  # the main thread is stuck in C++: only a hard exit ends it
-
-    threading.Thread(target=watch, daemon=True).start()
+    """SIGTERM sets STOP, which the loop reads between steps. Python runs a signal handler only between
+    two bytecodes of the main thread: a rank that waits in a collective hears the signal when the
+    collective returns, or when it fails, TIMEOUT_S after it began."""
+    signal.signal(signal.SIGTERM, lambda signum, frame: STOP.set())
 
 
 # --8<-- [end:stop_on_sigterm]
