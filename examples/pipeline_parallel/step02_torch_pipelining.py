@@ -17,9 +17,9 @@ from torch import nn
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
 # The launch command's --nproc_per_node, and how long a collective waits for a rank that stopped answering
-# before it fails: torch's default is 30 minutes on gloo and 10 on nccl. 60 s makes a stuck rank fail fast
-# while you learn. A real job sets more than its longest pause outside collectives (a checkpoint save,
-# evaluation on rank 0, compile or autotune warm-up), 1800 s or more, on gloo and nccl alike.
+# before it fails: torch's default is 30 minutes on gloo and 10 on nccl. A minute or less makes a stuck rank
+# fail fast while you learn. A real job sets more than its longest pause outside collectives (a checkpoint
+# save, evaluation on rank 0, compile or autotune warm-up), 1800 s or more, on gloo and nccl alike.
 NPROC_PER_NODE = 2
 TIMEOUT_S = 60
 
