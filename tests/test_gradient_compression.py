@@ -25,8 +25,9 @@ RATIO_BOUNDS = (0.8, 1.2)
 # acknowledgements of what it receives, and the barriers between steps. Never less than the payload.
 SENT_BOUNDS = (1.0, 1.15)
 ROW = re.compile(
-    r"^\s*(\S+)\s+(\S+)\s+([\d.]+)\s+([\d.]+)x\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)x\s+([\d.]+)\s+([\d.]+)", re.M
-)
+    r"^\s*(\S+)\s+(\S+)\s+([\d.]+)\s+([\d.]+)x\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)x\s+([\d.]+)\s+([\d.]+)\s+\S+\s+([\d.]+)",
+    re.M,
+)  # link, hook, MiB/step, smaller, sent/payload, step, speedup, predicted, ratio, (range), from 1 rank
 
 
 @pytest.mark.fast
@@ -107,9 +108,12 @@ def test_the_pages_command_counts_the_bytes_and_is_predicted(command_runs):
     PowerSGD far less (exact counts). Where the link decides the whole step (none: 4 MiB a step,
     over 90% of it on the link) the model predicts it within 0.8-1.2. The other steps hold more
     computation, which two cores shared with the rest of the suite slow by what the other tests do
-    (in one CI run fp16's step took 258 ms for 190 predicted): this run holds them only to what load
-    cannot undo, fp16 faster than none by 1.2x (its link time halves) and no step predicted over
-    1.2x its measure; the page's ratios and speedups are held on the saved run, above."""
+    (in one CI run fp16's step took 258 ms for 190 predicted), and fp16's prediction feeds on its own
+    loopback and 1-rank runs, which load inflates too (in another, the loopback step took 68 ms for
+    none's 20, and the ratio read 1.24). So this run holds them to what load cannot undo: fp16 faster
+    than none by 1.2x (its link time halves), and fp16 predicted within 1.2x of its measure from the
+    loopback run or from the 1-rank run (a wrong compression factor would inflate both). The
+    page's ratios and speedups are held on the saved run, above."""
     import os
 
     if os.geteuid() != 0:
@@ -121,7 +125,7 @@ def test_the_pages_command_counts_the_bytes_and_is_predicted(command_runs):
     assert fp16[3] == "2.0" and float(powersgd[3]) > 50, result.describe()
     assert float(fp16[6]) >= 1.2, result.describe()
     assert RATIO_BOUNDS[0] <= float(none[8]) <= RATIO_BOUNDS[1], result.describe()
-    assert float(fp16[8]) <= RATIO_BOUNDS[1], result.describe()
+    assert min(float(fp16[8]), float(fp16[9])) <= RATIO_BOUNDS[1], result.describe()
 
 
 @pytest.mark.fast
