@@ -2,10 +2,12 @@
 algorithms it is compared with, and the two-level allreduce of ranks spread over nodes.
 
 All three sum `tensor` in place across the ranks of `group`, as `dist.all_reduce(tensor)` does, and
-return it. They check their input first: a tensor that is not contiguous raises at once, and ranks that
-pass different shapes or dtypes all raise instead of hanging or corrupting memory. Detecting a mismatch
-needs a handshake: one all_reduce of six int64s before the data moves, which costs one small
-all_reduce (`distdocs bench allreduce` times it in its `check` rows). `validate=False` skips it.
+return it. The ring takes a `wire` too: the scale model's emulated link (`distdocs.lab.wire`),
+through which each message passes before it is sent; on a real network, leave it out. They check
+their input first: a tensor that is not contiguous raises at once, and ranks that pass different
+shapes or dtypes all raise instead of hanging or corrupting memory. Detecting a mismatch needs a
+handshake: one all_reduce of six int64s before the data moves, which costs one small all_reduce
+(`distdocs bench allreduce` times it in its `check` rows). `validate=False` skips it.
 """
 
 from __future__ import annotations
@@ -65,7 +67,7 @@ class _Done:
         pass
 
 
-def _exchange(send: torch.Tensor, dst: int, recv: torch.Tensor, src: int, group, stats: dict | None) -> tuple:
+def _exchange(send: torch.Tensor, dst: int, recv: torch.Tensor, src: int, group, stats: dict | None, wire) -> tuple:
     """Send `send` to `dst` and receive `recv` from `src`. Returns once `recv` has arrived, with two
     requests: the send's, which may still be in flight, and the receive's, done. Wait for the send
     before letting go of the receive's request: on gloo, freeing a receive request waits for the
@@ -73,6 +75,8 @@ def _exchange(send: torch.Tensor, dst: int, recv: torch.Tensor, src: int, group,
     if stats is not None:
         stats["steps"] = stats.get("steps", 0) + 1
         stats["bytes_sent"] = stats.get("bytes_sent", 0) + send.numel() * send.element_size()
+    if wire is not None:  # the scale model's emulated link: it delivers the message when the link would
+        return wire.exchange(send, dst, recv, src, group)
     if dist.get_backend(group) == "nccl":  # nccl deadlocks on a send and a receive that cross unless batched
         ops = [dist.P2POp(dist.isend, send, dst, group), dist.P2POp(dist.irecv, recv, src, group)]
         for request in dist.batch_isend_irecv(ops):
@@ -88,14 +92,17 @@ def _exchange(send: torch.Tensor, dst: int, recv: torch.Tensor, src: int, group,
 
 
 # --8<-- [start:ring]
-def ring_allreduce(tensor: torch.Tensor, group=None, validate: bool = True, stats: dict | None = None) -> torch.Tensor:
+def ring_allreduce(
+    tensor: torch.Tensor, group=None, validate: bool = True, stats: dict | None = None, wire=None
+) -> torch.Tensor:
     """Sum `tensor` across ranks, in place: a reduce-scatter, then an all-gather, around a ring.
 
     The tensor is cut into n chunks. In each of n-1 reduce-scatter steps every rank sends one chunk to
     its right neighbour and adds the chunk that arrives from its left; after them, rank r holds the
     full sum of chunk (r+1) % n. In n-1 all-gather steps the finished chunks travel once more around
     the ring. Every rank sends 2(n-1) chunks of S/n bytes: 2(n-1)/n * S in all.
-    Pass a dict as `stats` to have this rank's "steps" and "bytes_sent" counted into it.
+    Pass a dict as `stats` to have this rank's "steps" and "bytes_sent" counted into it, and the scale
+    model's emulated link as `wire` to send every message through it.
     """
     if validate:
         check_same_tensor_everywhere(tensor, group)
@@ -103,12 +110,12 @@ def ring_allreduce(tensor: torch.Tensor, group=None, validate: bool = True, stat
     if n == 1 or tensor.numel() == 0:
         return tensor
     chunks = tensor.view(-1).tensor_split(n)  # sizes differ by at most one element
-    ring_reduce_scatter(chunks, group, stats)
-    ring_all_gather(chunks, group, stats)
+    ring_reduce_scatter(chunks, group, stats, wire)
+    ring_all_gather(chunks, group, stats, wire)
     return tensor
 
 
-def ring_reduce_scatter(chunks: tuple[torch.Tensor, ...], group=None, stats: dict | None = None) -> int:
+def ring_reduce_scatter(chunks: tuple[torch.Tensor, ...], group=None, stats: dict | None = None, wire=None) -> int:
     """n-1 steps: send one chunk right, add the one that arrives from the left into my copy of it.
     Returns the index of the chunk this rank then holds summed over every rank: (rank + 1) % n."""
     n, rank = dist.get_world_size(group), dist.get_rank(group)
@@ -117,20 +124,20 @@ def ring_reduce_scatter(chunks: tuple[torch.Tensor, ...], group=None, stats: dic
     for step in range(n - 1):
         send, recv = chunks[(rank - step) % n], chunks[(rank - step - 1) % n]
         arrived = inbox[: recv.numel()]
-        sending, received = _exchange(send, right, arrived, left, group, stats)
+        sending, received = _exchange(send, right, arrived, left, group, stats, wire)
         recv += arrived  # while the chunk sent may still be on its way
         sending.wait()
     return (rank + 1) % n
 
 
-def ring_all_gather(chunks: tuple[torch.Tensor, ...], group=None, stats: dict | None = None) -> None:
+def ring_all_gather(chunks: tuple[torch.Tensor, ...], group=None, stats: dict | None = None, wire=None) -> None:
     """n-1 steps after ring_reduce_scatter: the finished chunks travel around the ring once more,
     overwriting the stale copies, until every rank holds every chunk summed."""
     n, rank = dist.get_world_size(group), dist.get_rank(group)
     right, left = _peer(group, (rank + 1) % n), _peer(group, (rank - 1) % n)
     for step in range(n - 1):
         send, recv = chunks[(rank + 1 - step) % n], chunks[(rank - step) % n]
-        sending, received = _exchange(send, right, recv, left, group, stats)
+        sending, received = _exchange(send, right, recv, left, group, stats, wire)
         sending.wait()
 
 

@@ -32,6 +32,8 @@ import torch.distributed as dist
 from torch import nn
 
 from distdocs import costmodel
+from distdocs.collectives import ring_allreduce
+from distdocs.lab.wire import Lane, LinkSpec, Wire, ring_hook
 from distdocs.timing import slowest_rank_seconds
 
 BACKWARD_SHARE = costmodel.BACKWARD_SHARE
@@ -98,7 +100,8 @@ class EmulatedModel(nn.Module):
 class Point:
     """One setting to measure: `workers` ranks (the first of the world) training `accumulation`
     micro-batches of `compute_s` each per step, on `gradient_bytes` of gradients in `layers` layers.
-    `bucket_mb` is DDP's bucket_cap_mb (None: DDP's default, 25, after a first bucket of 1 MiB)."""
+    `bucket_mb` is DDP's bucket_cap_mb and `first_bucket_mb` its first bucket's (None: DDP's defaults,
+    25 after a first bucket of 1; `bucket_mb` alone: every bucket that size, as DDP makes them)."""
 
     workers: int
     accumulation: int
@@ -106,16 +109,27 @@ class Point:
     compute_s: float
     layers: int = 8
     bucket_mb: float | None = None
+    first_bucket_mb: float | None = None
     backward_share: float = BACKWARD_SHARE
     case: str = ""
     split: bool = False  # also time the step under no_sync(): its computation alone
+
+    def ddp_options(self) -> dict:
+        """DDP's arguments for these buckets: bucket_cap_mb_list names the first bucket's cap and the
+        others' (the last one given applies to every later bucket)."""
+        if self.bucket_mb is None:
+            return {}
+        if self.first_bucket_mb is None or self.first_bucket_mb == self.bucket_mb:
+            return {"bucket_cap_mb": self.bucket_mb}
+        return {"bucket_cap_mb_list": [self.first_bucket_mb, self.bucket_mb]}
 
     def workload(self) -> costmodel.Workload:
         """What the cost model is told of this point: the gradient, its parameters in the order
         backward produces them, the compute, and DDP's buckets."""
         buckets = {}
         if self.bucket_mb is not None:
-            buckets = {"bucket_bytes": self.bucket_mb * 2**20, "first_bucket_bytes": self.bucket_mb * 2**20}
+            first = self.bucket_mb if self.first_bucket_mb is None else self.first_bucket_mb
+            buckets = {"bucket_bytes": self.bucket_mb * 2**20, "first_bucket_bytes": first * 2**20}
         return costmodel.Workload(
             params=self.gradient_bytes / 4,
             compute_per_sample=self.compute_s,
@@ -170,44 +184,57 @@ def _check(model: EmulatedModel, accumulation: int, workers: int, synced: bool) 
         weight.grad = None
 
 
-def measure(rank: int, world_size: int, points: list[Point], steps: int = 3, warmup: int = 1) -> list[dict | None]:
+def measure(
+    rank: int, world_size: int, points: list[Point], steps: int = 3, warmup: int = 1, wire: LinkSpec | None = None
+) -> list[dict | None]:
     """On every rank of a World: each point's DDP step, `steps` times after `warmup` untimed steps
     (the first builds DDP's buckets in the order backward fills them), and, for a point that asks
-    (`split`), its computation alone (the same step under `no_sync()`), taking turns. Returns, on
-    each rank of a point's workers, one record per point (None where the rank is not one of them):
-    the slowest rank's step times and compute times, in seconds, and the bytes of each bucket DDP
-    built."""
+    (`split`), its computation alone (the same step under `no_sync()`), taking turns. With `wire`, DDP
+    syncs over the link emulated in the ranks (distdocs.lab.wire); without, with gloo's allreduce over
+    whatever network the ranks sit on. Returns, on each rank of a point's workers, one record per
+    point (None where the rank is not one of them): the slowest rank's step times and compute times,
+    in seconds, and the bytes of each bucket DDP built."""
     with groups(world_size, [p.workers for p in points]) as by_size:
         records = []
         for point in points:
-            records.append(_measure(point, by_size[point.workers], steps, warmup) if rank < point.workers else None)
+            mine = rank < point.workers
+            records.append(_measure(point, by_size[point.workers], steps, warmup, wire) if mine else None)
             dist.barrier()
         return records
 
 
-def _measure(point: Point, group, steps: int, warmup: int) -> dict:
+def _measure(point: Point, group, steps: int, warmup: int, wire: LinkSpec | None) -> dict:
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     model = EmulatedModel(point.gradient_bytes, point.compute_s, point.layers, point.backward_share)
     model.value = float(dist.get_rank(group) + 1)
-    options = {} if point.bucket_mb is None else {"bucket_cap_mb": point.bucket_mb}
-    ddp = DDP(model, process_group=group, **options)
+    ddp = DDP(model, process_group=group, **point.ddp_options())
+    lane = Lane(group, Wire(wire, dist.get_rank())) if wire else None
+    if lane:
+        ddp.register_comm_hook(lane, ring_hook)
     times: dict[bool, list[float]] = {True: [], False: []}
-    for i in range(warmup + steps):
-        for sync in (True, False) if point.split else (True,):
-            elapsed = slowest_rank_seconds(lambda: _step(ddp, point.accumulation, sync), group)  # noqa: B023
-            _check(model, point.accumulation, point.workers, sync)
-            if i >= warmup:
-                times[sync].append(elapsed)
+    try:
+        for i in range(warmup + steps):
+            for sync in (True, False) if point.split else (True,):
+                elapsed = slowest_rank_seconds(lambda: _step(ddp, point.accumulation, sync), group)  # noqa: B023
+                _check(model, point.accumulation, point.workers, sync)
+                if i >= warmup:
+                    times[sync].append(elapsed)
+    finally:
+        if lane:
+            lane.close()
     # The buckets DDP rebuilt after its first step, in the order it allreduces them.
     built = ddp._get_ddp_logging_data().get("rebuilt_bucket_sizes", "")
     buckets = [int(b) for b in built.split(",")] if built else []
     return {**asdict(point), "steps_s": times[True], "compute_steps_s": times[False], "ddp_bucket_bytes": buckets}
 
 
-def allreduce_timings(rank: int, world_size: int, sizes: list[int], workers: list[int], repeat: int = 5) -> list[dict]:
-    """gloo's all_reduce of each size at each world size, over the links the world's ranks sit on:
-    the timings `costmodel.fit_alpha_beta` fits α and β to. Each time is the best of `repeat`, each
+def allreduce_timings(
+    rank: int, world_size: int, sizes: list[int], workers: list[int], repeat: int = 5, wire: LinkSpec | None = None
+) -> list[dict]:
+    """gloo's all_reduce of each size at each world size, over the links the world's ranks sit on, or
+    with `wire` the ring over the link emulated in the ranks, as DDP's hook runs it: the timings
+    `costmodel.fit_alpha_beta` fits α and β to. Each time is the best of `repeat`, each
     of two all_reduces back to back, halved: DDP's buckets follow each other so, and a lone message
     would get the link's burst (distdocs.lab.links.burst_bytes) for free. The best, as the link test
     and iperf take a link's rate: on a busy machine waiting for a CPU only ever adds time, and a
@@ -217,19 +244,27 @@ def allreduce_timings(rank: int, world_size: int, sizes: list[int], workers: lis
         for n in workers:
             for nbytes in sizes:
                 if rank < n:
-                    records.append(_allreduce_timing(by_size[n], nbytes, repeat))
+                    records.append(_allreduce_timing(by_size[n], nbytes, repeat, wire))
                 dist.barrier()
     return records
 
 
-def _allreduce_timing(group, nbytes: int, repeat: int) -> dict:
+def _allreduce_timing(group, nbytes: int, repeat: int, spec: LinkSpec | None) -> dict:
     tensor = torch.zeros(max(1, nbytes // 4))
+    wire = Wire(spec, dist.get_rank()) if spec else None
+
+    def allreduce():
+        if wire:
+            wire.start()
+            ring_allreduce(tensor, group, validate=False, wire=wire)
+        else:
+            dist.all_reduce(tensor, group=group)
 
     def twice():
-        dist.all_reduce(tensor, group=group)
-        dist.all_reduce(tensor, group=group)
+        allreduce()
+        allreduce()
 
     slowest_rank_seconds(twice, group)
     times = [slowest_rank_seconds(twice, group) / 2 for _ in range(repeat)]
     size = dist.get_world_size(group)
-    return {"impl": "gloo", "world_size": size, "bytes": nbytes, "time_s": min(times)}
+    return {"impl": "ring" if wire else "gloo", "world_size": size, "bytes": nbytes, "time_s": min(times)}
