@@ -24,15 +24,17 @@ is the same at both scales.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import resource
 import statistics
 import time
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 
 from distdocs import costmodel
 from distdocs.arguments import UsageError, parse_list, require
 from distdocs.lab import links
 from distdocs.lab.emulated import Point, allreduce_timings, measure
+from distdocs.lab.wire import LinkSpec
 from distdocs.lab.world import World, forked_cpu_seconds
 
 MiB = 2**20
@@ -40,7 +42,14 @@ MiB = 2**20
 RESNET50 = {"params": 25_557_032, "step_s": 112 / 367, "link": "1gbit", "gpu": "V100 16GB, FP32, batch 112"}
 GRADIENT_SCALE = RESNET50["params"] * 4 / (2 * MiB)  # 48.7
 LINK_SCALE = 10
-PRODUCTION = {"gradient_bytes": 2 * MiB, "compute_s": round(RESNET50["step_s"] * LINK_SCALE / GRADIENT_SCALE, 4)}
+# DDP's caps shrink with the gradient, so that the scale model has as many buckets as the real job: 25 MiB
+# and a first bucket of 1 MiB on 102.2 MB are about 0.51 MiB and 21 KiB on 2 MiB.
+SCALED_BUCKETS = {"bucket_mb": 25 / GRADIENT_SCALE, "first_bucket_mb": 1 / GRADIENT_SCALE}
+PRODUCTION = {
+    "gradient_bytes": 2 * MiB,
+    "compute_s": round(RESNET50["step_s"] * LINK_SCALE / GRADIENT_SCALE, 4),
+    **SCALED_BUCKETS,
+}
 COMPUTE_BOUND = {"gradient_bytes": 32 * 1024, "compute_s": 0.4}
 LIVE_LINK = "100mbit"
 SWEEP_LINKS = ("50mbit", "100mbit", "200mbit")
@@ -48,29 +57,79 @@ SWEEP_LINKS = ("50mbit", "100mbit", "200mbit")
 # pays α per bucket, too large a one starts its allreduce late.
 BUCKETS = {"gradient_bytes": 2 * MiB, "compute_s": 0.4, "layers": 64}
 BUCKET_CAPS = (1 / 16, 1 / 8, 1 / 4, 1 / 2, 1.0, 2.0)
-# α from a 4-byte all_reduce, whose time is all latency; β from 1 MiB, DDP's first bucket. Messages in
-# between are distorted by tbf's bucket (distdocs.lab.links.burst_bytes), which lets the first 64 KiB
-# after a pause through at once: they would pass for faster links with slower messages.
-FIT_SIZES = (4, MiB)
+# Under tc: α from gloo's all_reduce of 4 bytes, whose time is all latency; β from 1 MiB, DDP's first
+# bucket. Messages in between are distorted by tbf's bucket (distdocs.lab.links.burst_bytes), which lets
+# the first 64 KiB after a pause through at once: they would pass for faster links with slower messages.
+# Under the ranks' pacing: from 256 KiB and 1 MiB, messages whose time the link sets, as DDP's buckets'
+# is. A tiny message's time there is the ranks' own Python ring, about 0.4 ms a message at 2 workers and
+# 1.8 ms at 8 on 2 cores, which the wire hides under a bucket's bytes (distdocs.lab.wire.Wire.exchange).
+FIT_SIZES = {"tc": (4, MiB), "ranks": (MiB // 4, MiB)}
 FIT_WORKERS = (2, 8)
 GLOO_LANES = 2  # ProcessGroupGloo's worker threads: DDP's bucket allreduces run two at a time
+# Under the ranks' emulation DDP's hook runs one allreduce at a time (distdocs.lab.wire.Lane).
+LANES = {"tc": GLOO_LANES, "ranks": 1}
+EMULATIONS = ("auto", "tc", "ranks")
+# Ranks are processes whose compute is a wait: 16 of them take about 200 MB each (torch, forked from one
+# server that loaded it) and little CPU, but gloo's host work at the end of each step, 16 ranks' worth,
+# queues on the cores; past 16 on 2 cores that queue is what a step measures, not the link.
+MAX_WORKERS = 16
 # Two levels: 2 nodes of 4 workers, the link inside a node (its loopback) 10 times the one between, as
 # NVLink is many times a node's network card; at the live link, with 1 and 4 micro-batches.
 NODES, PER_NODE, INSIDE_LINK = 2, 4, "1gbit"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--workers", help="comma-separated worker counts, up to 8 (default: 1,2,4,8)")
+    parser.add_argument(
+        "--workers", help=f"comma-separated worker counts, up to {MAX_WORKERS}, 1 among them (default: 1,2,4,8)"
+    )
     parser.add_argument("--accumulation", help="micro-batches per step, comma-separated (default: 1,4)")
     parser.add_argument("--link", help=f"link rates, comma-separated, as in 100mbit (default: {LIVE_LINK})")
+    parser.add_argument(
+        "--link-emulation",
+        choices=EMULATIONS,
+        default="auto",
+        help="tc: tc's tbf between network namespaces (root, Linux); ranks: each rank paces the messages it "
+        "sends (anyone, anywhere); auto: tc where it can be built, else ranks (default)",
+    )
+    parser.add_argument(
+        "--per-node", type=int, default=1, help="workers per node, numbered node by node (default: 1, a node each)"
+    )
+    parser.add_argument("--inside", help="the link inside a node, with --per-node (default: 10 times --link)")
+    parser.add_argument(
+        "--latency-us", type=float, default=0.0, help="each message's latency in µs, on top (ranks only; default: 0)"
+    )
     parser.add_argument("--gradient-mb", type=float, help="gradient size in MiB (default: the production case's, 2)")
     parser.add_argument(
         "--compute-ms", type=float, help="one micro-batch's forward and backward in ms (default: the production case's)"
     )
-    parser.add_argument("--bucket-mb", help="DDP bucket_cap_mb values, comma-separated (default: DDP's own)")
+    parser.add_argument(
+        "--bucket-mb", help="DDP bucket_cap_mb values, comma-separated (default: DDP's own, scaled with the gradient)"
+    )
     parser.add_argument("--layers", type=int, default=8, help="layers the gradient is split into (default: 8)")
     parser.add_argument("--steps", type=int, default=3, help="timed steps per point (default: 3)")
     parser.add_argument("--sweep", action="store_true", help="the saved sweep: three link rates, k up to 16, buckets")
+
+
+def choose_emulation(asked: str, latency_s: float = 0.0) -> tuple[str, str]:
+    """The link emulation for --link-emulation `asked` ("tc" or "ranks"), and why, in a few words."""
+    if asked == "ranks":
+        return "ranks", "asked for"
+    if latency_s:
+        require(asked == "auto", "--latency-us needs --link-emulation ranks: tbf adds no latency")
+        return "ranks", "a latency was dialled, which tbf cannot add"
+    try:
+        links.check_can_build()
+    except links.LinkError as err:
+        if asked == "tc":
+            raise UsageError(str(err)) from None
+        return "ranks", str(err).split(";")[0].split(" (")[0]
+    return "tc", "asked for" if asked == "tc" else "it can be built here"
+
+
+EMULATION_SAYS = {
+    "tc": "links: tc's tbf between network namespaces",
+    "ranks": "links: emulated in the ranks, each pacing the messages it sends",
+}
 
 
 def live_points() -> list[Point]:
@@ -100,25 +159,29 @@ def sweep_points(link: str) -> list[Point]:
 
 def main(args: argparse.Namespace, progress=None) -> list[dict]:
     custom = any(getattr(args, f) is not None for f in ("workers", "accumulation", "gradient_mb", "compute_ms"))
-    require(not (args.sweep and (custom or args.link)), "--sweep takes no workload or link flags")
+    shaped = args.per_node != 1 or args.inside is not None
+    require(not (args.sweep and (custom or args.link or shaped)), "--sweep takes no workload, link or node flags")
     require(1 <= args.layers <= 256 and args.steps >= 1, "--layers must be 1 to 256, --steps positive")
+    require(args.per_node >= 1 and args.latency_us >= 0, "--per-node must be positive, --latency-us 0 or more")
     rates = [r.strip() for r in (args.link or LIVE_LINK).split(",")] if not args.sweep else list(SWEEP_LINKS)
-    for rate in rates:
+    for flag, rate in [*(("--link", r) for r in rates), ("--inside", args.inside or "1gbit")]:
         try:
             links.rate_bits(rate)
         except ValueError as e:
-            raise UsageError(f"--link: {e}") from None
-    try:
-        links.check_can_build()
-    except links.LinkError as e:
-        raise UsageError(str(e)) from None
+            raise UsageError(f"{flag}: {e}") from None
+    require(args.inside is None or args.per_node > 1, "--inside needs --per-node of 2 or more")
+    workers = parse_list(args.workers or "1,2,4,8", int, "--workers", minimum=1)
+    require(max(workers) <= MAX_WORKERS and 1 in workers, f"--workers: {MAX_WORKERS} at most, and 1 among them")
+    k = args.per_node
+    require(all(n <= k or n % k == 0 for n in workers), f"--workers must fill nodes of --per-node {k}")
+    emulation, why = choose_emulation(args.link_emulation, args.latency_us / 1e6)
+    if progress:
+        progress(f"{EMULATION_SAYS[emulation]} ({why})")
+    shape = Shape(emulation, k, args.inside, args.latency_us / 1e6)
     if args.sweep:
-        return run({rate: sweep_points(rate) for rate in rates}, args.steps, progress, two_level=True)
+        return run({rate: sweep_points(rate) for rate in rates}, args.steps, progress, shape, two_level=True)
     elif custom or args.bucket_mb:
-        workers = parse_list(args.workers or "1,2,4,8", int, "--workers", minimum=1)
-        require(max(workers) <= 8 and 1 in workers, "--workers: 8 at most, and 1 among them (the baseline)")
         ks = parse_list(args.accumulation or "1,4", int, "--accumulation", minimum=1)
-        caps = parse_list(args.bucket_mb, float, "--bucket-mb", minimum=1e-3) if args.bucket_mb else [None]
         gradient = round((args.gradient_mb if args.gradient_mb is not None else 2) * MiB)
         compute = args.compute_ms / 1e3 if args.compute_ms is not None else PRODUCTION["compute_s"]
         require(gradient >= 4 * args.layers and compute > 0, "--gradient-mb and --compute-ms must be positive")
@@ -126,58 +189,130 @@ def main(args: argparse.Namespace, progress=None) -> list[dict]:
         # The production case's workload, unless the flags change it
         same = args.gradient_mb is None and args.compute_ms is None and args.layers == 8
         case = "production" if same else "custom"
-        points = [Point(1, k, gradient, compute, args.layers, cap, case=case) for cap in caps for k in ks]
+        if args.bucket_mb:
+            caps = [{"bucket_mb": c} for c in parse_list(args.bucket_mb, float, "--bucket-mb", minimum=1e-3)]
+        else:
+            caps = [SCALED_BUCKETS if same else {}]
+        points = [Point(1, k, gradient, compute, args.layers, case=case, **cap) for cap in caps for k in ks]
         points = [replace(p, workers=n) for p in points for n in workers]
         by_link = {rate: points for rate in rates}
     else:
-        by_link = {rate: live_points() for rate in rates}
-    return run(by_link, args.steps, progress)
+        live = live_points()
+        by_link = {rate: [p for p in live if p.workers in workers] for rate in rates}
+    return run(by_link, args.steps, progress, shape)
 
 
-def run(by_link: dict[str, list[Point]], steps: int = 3, progress=None, two_level: bool = False) -> list[dict]:
-    """Measure every point at its link rate, on one network and one world; return the records, each
-    with its prediction and its speedup over 1 worker. With `two_level`, then the production case at
-    8 workers on NODES nodes of PER_NODE, at the live link rate (or the first, without it)."""
+@dataclass(frozen=True)
+class Shape:
+    """How the workers meet: the link's emulation ("tc" or "ranks"), workers per node, the link inside a
+    node (None: 10 times the link between), and, for the ranks' emulation, each message's latency."""
+
+    emulation: str = "tc"
+    per_node: int = 1
+    inside: str | None = None
+    latency_s: float = 0.0
+
+    def inside_rate(self, rate: str) -> str:
+        if self.inside:
+            return self.inside
+        bits = links.rate_bits(rate) * 10
+        return f"{bits / 1e9:g}gbit" if bits % 1e9 == 0 else f"{bits / 1e6:g}mbit"
+
+    def wire(self, rate: str, per_node: int | None = None) -> LinkSpec | None:
+        """The ranks' emulated link at `rate`; None under tc."""
+        if self.emulation != "ranks":
+            return None
+        k = self.per_node if per_node is None else per_node
+        return LinkSpec(rate, self.latency_s, k, self.inside_rate(rate) if k > 1 else None)
+
+
+def run(
+    by_link: dict[str, list[Point]],
+    steps: int = 3,
+    progress=None,
+    shape: Shape = Shape(),
+    two_level: bool = False,
+) -> list[dict]:
+    """Measure every point at its link rate, on one world; return the records, each with its prediction
+    and its speedup over 1 worker. With `two_level`, then the production case at 8 workers on NODES
+    nodes of PER_NODE, at the live link rate (or the first, without it)."""
     size = max(max(p.workers for p in points) for points in by_link.values())
     size = max(size, *FIT_WORKERS)
     records, fits = [], {}
     start, cpu = time.monotonic(), _cpu_seconds()
-    with links.Network(size, next(iter(by_link))) as net:
-        with World(size, timeout_s=900, namespaces=[n.namespace for n in net.nodes]) as world:
+    if shape.per_node > 1:
+        for rate, points in by_link.items():
+            fits[rate] = _fit_between(rate, shape, progress)
+            records += measure_on_nodes(points, rate, fits[rate], steps, shape, progress)
+    else:
+        with _flat_world(size, next(iter(by_link)), shape) as (world, net):
             for rate, points in by_link.items():
-                net.set_rate(rate)
+                if net:
+                    net.set_rate(rate)
                 if progress:
                     progress(f"{rate}: fitting α and β, then {len(points)} points")
-                timings = world.run(allreduce_timings, list(FIT_SIZES), list(FIT_WORKERS))[0]
-                fit = costmodel.fit_alpha_beta(timings)
-                fit = replace(fit, network=replace(fit.network, concurrent=GLOO_LANES))
-                for found in world.run(measure, points, steps)[0]:
-                    records.append(_record(found, rate, fit))
-                fits[rate] = fit
+                fits[rate] = _fit(world, list(FIT_WORKERS), shape, shape.wire(rate))
+                for found in world.run(measure, points, steps, 1, shape.wire(rate))[0]:
+                    records.append(_record(found, rate, fits[rate], shape))
     if two_level:
         rate = LIVE_LINK if LIVE_LINK in by_link else next(iter(by_link))
-        if progress:
-            progress(f"{NODES} nodes of {PER_NODE} workers: {rate} between, {INSIDE_LINK} inside")
-        records += measure_two_level(rate, fits[rate], steps)
+        nodes = Shape(shape.emulation, PER_NODE, INSIDE_LINK, shape.latency_s)
+        points = [Point(NODES * PER_NODE, k, **PRODUCTION, case="two-level") for k in (1, 4)]
+        records += measure_on_nodes(points, rate, fits[rate], steps, nodes, progress)
     cost = {"run_wall_s": time.monotonic() - start, "run_cpu_s": _cpu_seconds() - cpu}
     return with_speedups([{**r, **cost} for r in records])
 
 
-def measure_two_level(rate: str, between: costmodel.Fit, steps: int) -> list[dict]:
-    """The production case at NODES x PER_NODE workers, with 1 and 4 micro-batches: DDP's one flat
-    ring over all of them, numbered node by node. α and β inside a node are fitted on its loopback
-    (the first node's 2 and 4 workers); between the nodes, `between` (the same link, fitted with one
-    worker per node). The model prices each step of the flat ring at its slowest link."""
-    size = NODES * PER_NODE
-    points = [Point(size, k, **PRODUCTION, case="two-level") for k in (1, 4)]
-    with links.Network(NODES, rate, inside=INSIDE_LINK) as net:
-        places = [node.namespace for node in net.nodes for _ in range(PER_NODE)]
-        with World(size, timeout_s=900, namespaces=places) as world:
-            timings = world.run(allreduce_timings, list(FIT_SIZES), [2, PER_NODE])[0]
-            inside = costmodel.fit_alpha_beta(timings)
-            inside = replace(inside, network=replace(inside.network, concurrent=GLOO_LANES))
-            found = world.run(measure, points, steps)[0]
-    return [_record(f, rate, between, inside=(inside, INSIDE_LINK)) for f in found]
+@contextlib.contextmanager
+def _flat_world(size: int, rate: str, shape: Shape):
+    """A world of `size` ranks, one to a node: under tc, each in a namespace of a dialled network
+    (yielded, to set its rate); under the ranks' emulation, all on loopback (no network)."""
+    if shape.emulation == "ranks":
+        with World(size, timeout_s=900) as world:
+            yield world, None
+        return
+    with links.Network(size, rate) as net:
+        with World(size, timeout_s=900, namespaces=[n.namespace for n in net.nodes]) as world:
+            yield world, net
+
+
+def _fit(world: World, workers: list[int], shape: Shape, wire: LinkSpec | None) -> costmodel.Fit:
+    """α and β fitted to allreduces of FIT_SIZES at each of `workers`, on the world's first ranks."""
+    timings = world.run(allreduce_timings, list(FIT_SIZES[shape.emulation]), workers, 5, wire)[0]
+    fit = costmodel.fit_alpha_beta(timings, impl=timings[0]["impl"])
+    return replace(fit, network=replace(fit.network, concurrent=LANES[shape.emulation]))
+
+
+def _fit_between(rate: str, shape: Shape, progress=None) -> costmodel.Fit:
+    """The link between nodes, fitted with one worker per node."""
+    if progress:
+        progress(f"{rate}: fitting α and β between nodes")
+    with _flat_world(max(FIT_WORKERS), rate, shape) as (world, _):
+        return _fit(world, list(FIT_WORKERS), shape, shape.wire(rate, per_node=1))
+
+
+def measure_on_nodes(
+    points: list[Point], rate: str, between: costmodel.Fit, steps: int, shape: Shape, progress=None
+) -> list[dict]:
+    """`points` on workers that fill nodes of `shape.per_node`: DDP's one flat ring over all of them,
+    numbered node by node. α and β inside a node are fitted on its own link (the first node's 2 and
+    all its workers); between the nodes, `between`. The model prices each step of the flat ring at
+    its slowest link."""
+    k, inside = shape.per_node, shape.inside_rate(rate)
+    size = max(p.workers for p in points)
+    size += -size % k
+    if progress:
+        progress(f"{size // k} nodes of {k} workers: {rate} between, {inside} inside")
+    with contextlib.ExitStack() as stack:
+        if shape.emulation == "ranks":
+            world = stack.enter_context(World(size, timeout_s=900))
+        else:
+            net = stack.enter_context(links.Network(size // k, rate, inside=inside))
+            places = [node.namespace for node in net.nodes for _ in range(k)]
+            world = stack.enter_context(World(size, timeout_s=900, namespaces=places))
+        inside_fit = _fit(world, sorted({2, k}), shape, shape.wire(inside, per_node=1))
+        found = world.run(measure, points, steps, 1, shape.wire(rate))[0]
+    return [_record(f, rate, between, shape, inside=(inside_fit, inside)) for f in found]
 
 
 def _cpu_seconds() -> float:
@@ -187,23 +322,31 @@ def _cpu_seconds() -> float:
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime + forked_cpu_seconds()
 
 
-def _record(found: dict, link: str, fit: costmodel.Fit, inside: tuple[costmodel.Fit, str] | None = None) -> dict:
+def _record(
+    found: dict, link: str, fit: costmodel.Fit, shape: Shape, inside: tuple[costmodel.Fit, str] | None = None
+) -> dict:
     """One point's record: `fit` is the link between the nodes; with `inside` (its fit and rate), the
-    workers fill nodes of PER_NODE."""
+    workers fill nodes of `shape.per_node`."""
     point = Point(**{k: found[k] for k in asdict(Point(1, 1, 4, 1.0))})
-    per_node, inside_net = (PER_NODE, inside[0].network) if inside else (1, None)
-    predicted = costmodel.step_time(point.workload(), point.workers, fit.network, "ring", per_node, inside_net)
+    per_node, inside_net = (shape.per_node, inside[0].network) if inside else (1, None)
+    work = point.workload()
+    predicted = costmodel.step_time(work, point.workers, fit.network, "ring", per_node, inside_net)
     steps = found["steps_s"]
     record = {
         "case": point.case,
         "workers": point.workers,
-        "nodes": point.workers // per_node,
+        "nodes": max(1, point.workers // per_node),
+        "per_node": per_node,
         "link": link,
+        "link_emulation": shape.emulation,
+        "latency_us": shape.latency_s * 1e6,
         "accumulation": point.accumulation,
         "gradient_bytes": point.gradient_bytes,
         "compute_ms": point.compute_s * 1e3,
         "layers": point.layers,
         "bucket_mb": point.bucket_mb,
+        "bucket_cap_mb": work.bucket_bytes / MiB,  # DDP's caps as it used them: every bucket's, the first's
+        "first_bucket_cap_mb": work.first_bucket_bytes / MiB,
         "backward_share": point.backward_share,
         "measured_s": statistics.median(steps),
         "best_s": min(steps),
@@ -212,8 +355,9 @@ def _record(found: dict, link: str, fit: costmodel.Fit, inside: tuple[costmodel.
         "ddp_bucket_bytes": found["ddp_bucket_bytes"],
         "model_bucket_bytes": costmodel.ddp_buckets(
             point.gradient_bytes,
-            **{k: getattr(point.workload(), k) for k in ("bucket_bytes", "first_bucket_bytes")},
-            parameter_bytes=tuple(4 * n for n in point.workload().parameter_sizes),
+            work.bucket_bytes,
+            work.first_bucket_bytes,
+            parameter_bytes=tuple(4 * n for n in work.parameter_sizes),
         ),
         "predicted_s": predicted.step,
         "predicted_exposed_s": predicted.exposed_sync,
@@ -238,7 +382,7 @@ def with_speedups(records: list[dict]) -> list[dict]:
 
     def key(r: dict) -> tuple:
         case = "production" if r["case"] == "two-level" else r["case"]  # the same job, on fewer nodes
-        return (case, r["link"], r["bucket_mb"], r["accumulation"])
+        return (case, r["link"], r["link_emulation"], r["bucket_mb"], r["accumulation"])
 
     one = {key(r): r for r in records if r["workers"] == 1}
     for r in records:
@@ -253,12 +397,17 @@ def format_table(records: list[dict], machine: dict) -> str:
     from distdocs.bench.harness import machine_line, table
 
     first = records[0]
-    nodes = "one worker per node"
-    if inside := {r["inside_link"] for r in records if "inside_link" in r}:
-        nodes += f" (two-level: {NODES} nodes of {PER_NODE}, {', '.join(sorted(inside))} inside a node)"
+    shapes = sorted({(r["case"] == "two-level", r["per_node"], r.get("inside_link")) for r in records})
+    nodes = "; ".join(
+        ("two-level: " if two else "") + ("one worker per node" if k == 1 else f"nodes of {k}, {inside} inside")
+        for two, k, inside in shapes
+    )
+    emulation = EMULATION_SAYS[first["link_emulation"]]
+    if first["latency_us"]:
+        emulation += f", {first['latency_us']:g} us a message"
     setup = (
-        f"emulated accelerators: compute is a wait, backward {first['backward_share']:.2f} of it; {nodes}; "
-        "predicted = distdocs.costmodel with alpha and beta fitted on the same links"
+        f"{emulation}; emulated accelerators: compute is a wait, backward {first['backward_share']:.2f} of it; "
+        f"{nodes}; predicted = distdocs.costmodel with alpha and beta fitted on the same links"
     )
     columns = [
         ("case", 13),
@@ -278,7 +427,7 @@ def format_table(records: list[dict], machine: dict) -> str:
         [
             r["case"],
             r["link"],
-            "ddp" if r["bucket_mb"] is None else f"{r['bucket_mb']:g}",
+            "ddp" if r["bucket_mb"] is None else f"{r['bucket_mb']:.3g}",
             str(r["workers"]),
             str(r["accumulation"]),
             f"{r['measured_s'] * 1e3:.1f}",
