@@ -22,7 +22,7 @@ KINDS = {
     "include": "its body has a `--8<--` line (pymdownx.snippets): the example it names runs whole in "
     "test_examples.py; Python includes carry `notest`, since pytest-markdown-docs would run the line",
     "inline": "a python fence that pytest-markdown-docs collects and runs",
-    "command": "a shell fence whose every line starts with torchrun, python, distdocs or unshare, perhaps "
+    "command": "a shell fence whose every line starts with torchrun, python or distdocs, perhaps "
     "after `NAME=value` settings (or is `wait`, after commands started with `&`): test_docs.py runs it "
     "exactly as written",
     "output": 'a `text` fence titled "Output" after a command: all that the command prints on stdout, '
@@ -46,8 +46,7 @@ EXAMPLES = REPO / "examples"
 SNIPPET_BASES = (EXAMPLES, REPO / "src", REPO / "benchmarks", REPO / "tests", REPO / "includes")  # as in mkdocs.yml
 
 SHELL_LANGS = {"bash", "sh", "shell", "console"}
-# `unshare ...` wraps a distdocs command in namespaces of its own (the scale model without root).
-COMMAND_PREFIXES = ("torchrun ", "python ", "python3 ", "distdocs", "unshare ")
+COMMAND_PREFIXES = ("torchrun ", "python ", "python3 ", "distdocs")
 SLURM_PREFIXES = ("sbatch ", "scancel ", "scontrol ")
 NOT_EXECUTED = re.compile(r"^<!--\s*not executed:\s*(.*?)\s*-->$")
 INCLUDE = re.compile(r"""--8<--\s+["']([^"']+)["']""")

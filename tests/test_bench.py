@@ -83,6 +83,7 @@ def test_median_leaves_out_the_warmup():
         (torchft_bench, "torchft-recovery-cpu"),
         (exits, "exits-cpu"),
         (emulated, "emulated-links-cpu"),
+        (emulated, "emulated-ranks-cpu"),
     ],
 )
 @pytest.mark.fast

@@ -229,25 +229,6 @@ def test_the_hierarchy_command_on_the_page_predicts_both_allreduces(command_runs
 
 
 @pytest.mark.processes
-def test_an_ordinary_user_can_build_a_dialled_link_inside_a_user_namespace():
-    """The appendix's "Without root": where the kernel allows unprivileged user namespaces, an ordinary
-    user gets the namespaces, the veth pair and tbf that distdocs.lab.links builds, inside a user namespace
-    of their own with a private /run (the overview's `unshare --user --map-root-user --net --mount`).
-    Run as nobody, dropped from root: what a reader without root would do, step by step."""
-    if os.geteuid() != 0:
-        pytest.skip("needs root, to drop to nobody and show what an ordinary user can do")
-    steps = (
-        "mount -t tmpfs none /run && ip netns add a && ip -n a link add name p0 type veth peer name p1"
-        " && ip netns exec a tc qdisc add dev p0 root tbf rate 100mbit burst 65536 latency 100ms"
-        " && ip netns exec a tc qdisc show dev p0"
-    )
-    command = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
-    command += ["unshare", "--user", "--map-root-user", "--net", "--mount", "sh", "-c", steps]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=60, cwd="/tmp")
-    assert result.returncode == 0 and "tbf" in result.stdout and "rate 100Mbit" in result.stdout, result
-
-
-@pytest.mark.processes
 def test_the_accumulation_pages_slow_link_run_is_slower_on_two_nodes_and_accumulation_wins_it_back(command_runs):
     """docs/lesson/gradient-accumulation.md, "Over a slower link": at 100 Mbit/s two nodes train fewer
     samples per second than one at one micro-batch a step (the model: 0.43x; the link sets it), and

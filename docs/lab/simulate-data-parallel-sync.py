@@ -183,10 +183,21 @@ print("step 2 self-check passed")
 # so every time stretches by 10/48.7: a step's compute becomes 62.6 ms. The speedup depends on
 # compute against sync, which is the same at both scales.
 #
-# `distdocs bench emulated` builds the links, fits α and β on them (a 4-byte and a 1 MiB all_reduce),
-# and times steps at 1, 2, 4 and 8 workers, with 1 and with 4 micro-batches per step (and a few points
-# more, which the overview uses). Each point's prediction comes from the cost model, given α, β, the
-# compute, the gradient and DDP's buckets.
+# `distdocs bench emulated` dials the links, fits α and β on them, and times steps at 1, 2, 4 and 8
+# workers, with 1 and with 4 micro-batches per step (and a few points more, which the overview uses).
+# As root on Linux it dials them with the kernel's traffic control between network namespaces;
+# anywhere else each worker paces the messages it sends itself (the first line of the table says
+# which). Each point's prediction comes from the cost model, given α, β, the compute, the gradient
+# and DDP's buckets.
+#
+# **Before you run it, predict.** A step at 1 worker is 62.6 ms of compute. At 8 workers each step
+# also allreduces the 2 MiB gradient over 100 Mbit/s, about 95 Mbit/s of payload: a ring sends
+# 2 × 7/8 of it, and DDP hides part of that under the backward pass (two thirds of the compute).
+# How many times the samples per second of 1 worker will 8 workers train, with one micro-batch per
+# step? Write your answer here, then run the next cells.
+
+# %%
+my_prediction_at_8 = None  # your guess, e.g. 5.0: 8 workers' samples per second over 1 worker's
 
 # %%
 import json
@@ -196,7 +207,6 @@ import sys
 from pathlib import Path
 
 from distdocs.bench.emulated import format_table
-from distdocs.lab import links
 
 
 def distdocs(*args: str) -> dict:
@@ -207,22 +217,20 @@ def distdocs(*args: str) -> dict:
     return json.loads(out.stdout)
 
 
-try:
-    links.check_can_build()
-    if "DISTDOCS_SCALE_MODEL_RUN" in os.environ:  # the site's tests ran this very command minutes ago
-        run = json.loads(Path(os.environ["DISTDOCS_SCALE_MODEL_RUN"]).read_text())
-    else:
-        run = distdocs("bench", "emulated")
-except links.LinkError as why:  # no root: the saved run of the same points
-    print(f"Not measured here ({why}); the saved run instead:")
-    saved = next(p for p in [Path.cwd(), *Path.cwd().parents] if (p / "benchmarks/emulated-links-cpu.json").exists())
-    run = json.loads((saved / "benchmarks/emulated-links-cpu.json").read_text())
+if "DISTDOCS_SCALE_MODEL_RUN" in os.environ:  # the site's tests ran this very command minutes ago
+    run = json.loads(Path(os.environ["DISTDOCS_SCALE_MODEL_RUN"]).read_text())
+else:
+    run = distdocs("bench", "emulated")  # about a minute
 records = [
     r
     for r in run["records"]
     if r["case"] == "production" and r["link"] == "100mbit" and r["accumulation"] in (1, 4) and "speedup" in r
 ]
 print(format_table(records, run["machine"]))
+at_8 = next(r for r in records if r["workers"] == 8 and r["accumulation"] == 1)
+yours = "-" if my_prediction_at_8 is None else f"{my_prediction_at_8:.2f}x"
+print(f"8 workers, 1 micro-batch: you {yours}, the cost model {at_8['predicted_speedup']:.2f}x, "
+      f"measured {at_8['speedup']:.2f}x")  # fmt: skip
 
 # %% [markdown]
 # The same points drawn against the ideal, where n workers train n times the samples:
@@ -277,7 +285,7 @@ plt.close(fig)
 #
 # The model's columns are a prediction, not a fit to these steps: only α and β come from this run,
 # from two all_reduces timed before any step. Where it misses, it leaves something out: the emulation
-# has no NIC offloads or switch buffers, and α, gloo's time per message on these links, is not
+# has no NIC offloads or switch buffers, and α, the time per message on these links, is not
 # scaled with the rest (the fit's line says how large it is next to a step).
 
 # %%
