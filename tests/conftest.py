@@ -21,8 +21,8 @@ from docexec.fences import REPO
 from tools.browser import CHROMIUM, launch_chromium, serve_directory
 
 # Scripts that torchrun launches from the tests (faulty_scripts/ fail on purpose, exit_scripts/ test how a
-# process exits); never imported by pytest.
-collect_ignore_glob = ["faulty_scripts/*", "exit_scripts/*"]
+# process exits, emulated_job/ makes a script's ranks emulated accelerators); never imported by pytest.
+collect_ignore_glob = ["faulty_scripts/*", "exit_scripts/*", "emulated_job/*"]
 
 
 def pytest_configure(config):

@@ -177,3 +177,60 @@ def test_the_heavy_stage_of_an_uneven_pipeline_holds_three_times_the_bytes(comma
     assert (b0, b1) == (6, 2), out
     assert p0 / p1 == pytest.approx(3, rel=0.01) and a0 / a1 == pytest.approx(3, rel=0.01), out
     assert "heaviest: stage 0, 3.0x the other's parameters and 3.0x its activations" in out, out
+
+
+def section(path: Path, name: str) -> str:
+    """The lines of a file's snippet section `name`, as a page includes them."""
+    text = path.read_text()
+    return text.split(f"# --8<-- [start:{name}]\n")[1].split(f"# --8<-- [end:{name}]")[0]
+
+
+@pytest.mark.processes
+def test_the_readers_block_finds_a_known_split_inside_the_converted_script(command_runs, tmp_path):
+    """Check 1's `time_the_sync`, pasted into the convert page's converted script and called once
+    before its training loop, as a reader would. Its two ranks are emulated accelerators on a dialled
+    link (tests/emulated_job): 200 ms of compute a micro-batch, and a 23 KiB gradient (5,770
+    parameters) whose ring allreduce over 2 Mbit/s takes 96.5 ms (its bytes at tbf's 95.6% payload
+    rate). The emulated compute waits at backward's start, so DDP's one bucket is ready only at its
+    end: nothing hides the sync. The block must print that split within 10%, and a command that
+    carries the job's numbers."""
+    from distdocs.lab.wire import PAYLOAD_SHARE
+
+    script = (REPO / "examples/convert/step02_ddp.py").read_text()
+    block = section(REPO / "examples/debugging/step01_slower_with_more_ranks.py", "measure")
+    script = script.replace("\ndef run(", f"\n{block}\n\ndef run(", 1)
+    call = (
+        "    x0, y0 = next(iter(loader))\n"
+        '    time_the_sync(model, lambda: nn.functional.cross_entropy(model(x0), y0).backward(), "2mbit")\n'
+        "    return  # the test needs the split, not the training\n"
+    )
+    script = script.replace("    for epoch in range(EPOCHS):\n", call + "    for epoch in range(EPOCHS):\n", 1)
+    assert "time_the_sync(model" in script and "def time_the_sync" in script
+    (tmp_path / "converted.py").write_text(script)
+    emulation = f"PYTHONPATH={REPO / 'tests/emulated_job'} EMULATED_COMPUTE_S=0.2 EMULATED_LINK=2mbit"
+    result = command_runs.run_ok(f"{emulation} torchrun --standalone --nproc_per_node=2 {tmp_path / 'converted.py'}")
+    out = result.stdout
+    compute, adds = map(float, re.search(r"compute ([\d.]+) ms; the sync adds ([\d.]+) ms", out).groups())
+    alone, hid = map(float, re.search(r"allreduce alone takes ([\d.]+) ms: backward hid (\d+)%", out).groups())
+    gradient_bytes = 4 * (32 * 128 + 128 + 2 * 128 + 128 * 10 + 10)
+    sync_ms = gradient_bytes * 8 / (2e6 * PAYLOAD_SHARE) * 1e3  # a ring of 2: each rank sends S/2 twice
+    assert abs(compute / 200 - 1) <= 0.10, out
+    assert abs(adds / sync_ms - 1) <= 0.10 and abs(alone / sync_ms - 1) <= 0.10 and hid <= 10, (sync_ms, out)
+    job = re.search(r"distdocs bench emulated --job ([\d.]+),([\d.]+),(\w+)$", out, re.M)
+    assert job and float(job[1]) == float(f"{gradient_bytes / 2**20:.4g}") and job[3] == "2mbit", out
+    assert float(job[2]) == float(f"{compute:.4g}"), out
+
+
+@pytest.mark.processes
+def test_the_job_command_the_block_printed_runs_the_scale_model_on_1_to_16_workers(command_runs):
+    """The guide runs the command that the saved run of check 1 printed, for 8 samples a rank. Its
+    points follow the cost model within 10% up to 8 workers; at 16, sixteen ranks' host work at the
+    end of each step queues on two cores, and the model is held within 15%."""
+    command = page_command("docs/multi-gpu/debugging.md", "bench emulated --job")
+    saved = (REPO / "benchmarks/debugging-slower-cpu.txt").read_text()
+    assert re.search(r"^mistake:.*\n(?:  .*\n)*?  on 1 to 16 GPUs: (.*)$", saved, re.M)[1] == command
+    (run,) = command_runs.run_ok(command).records
+    points = {r["workers"]: r for r in run["records"]}
+    assert sorted(points) == [1, 2, 4, 8, 16] and {r["case"] for r in points.values()} == {"your-job"}
+    for n, r in points.items():
+        assert abs(r["predicted_s"] / r["best_s"] - 1) <= (0.15 if n == 16 else 0.10), run["records"]

@@ -155,7 +155,8 @@ def test_the_split_of_a_slower_step_shows_its_sync_wall_over_half(live):
     # The guide's two-rank example, as its saved run prints it: 8 samples a rank, most of the step
     # synchronisation; 1024, a small share.
     saved = (REPO / "benchmarks/debugging-slower-cpu.txt").read_text()
-    share = {m[0]: float(m[1]) for m in re.findall(r"^\s*(mistake|fix)\b.* ([\d.]+)%", saved, re.M)}
+    found = re.findall(r"^(mistake|fix):.*\n  compute .*, (\d+)% of the step$", saved, re.M)
+    share = {case: float(percent) for case, percent in found}
     assert share["mistake"] > 50 > share["fix"], saved
 
 

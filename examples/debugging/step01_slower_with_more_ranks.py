@@ -3,9 +3,9 @@ DDP adds, and see which one the step waits on. Fix: more work per rank between s
 
     torchrun --standalone --nproc_per_node=2 examples/debugging/step01_slower_with_more_ranks.py
 
-Rank 0 prints, for a small and a large batch per rank, the step time, the computation alone, and
-the share of the step spent synchronising. It imports distdocs.timing, the timers the benchmarks
-also use: `pip install -e .` from the repository.
+For a small and a large batch per rank, rank 0 prints the computation, the sync the step adds, the
+share of the sync that backward did not hide, and a `distdocs bench emulated` command that runs the
+same job on 1 to 16 emulated GPUs. `time_the_sync` is the block to paste into your own script.
 """
 
 import argparse
@@ -22,8 +22,6 @@ import torch.distributed.nn  # noqa: F401  before init_process_group: imported l
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from distdocs.timing import step_and_compute_seconds
-
 # The launch command's --nproc_per_node, and how long a collective waits for a rank that stopped answering
 # before it fails: torch's default is 30 minutes on gloo and 10 on nccl. A minute or less makes a stuck rank
 # fail fast while you learn. A real job sets more than its longest pause outside collectives (a checkpoint
@@ -33,6 +31,7 @@ TIMEOUT_S = 60
 
 WIDTH, STEPS = 1024, 10
 BATCHES = {"mistake": 8, "fix": 1024}  # samples per rank and step
+LINK = "10gbit"  # the link between the nodes of the cluster the printed command models
 
 
 def log(*args) -> None:
@@ -44,6 +43,48 @@ def parse_args() -> argparse.Namespace:
     return argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()  # --help, and no flags
 
 
+# --8<-- [start:measure]
+def time_the_sync(model, micro_batch, link: str, steps: int = 10) -> None:
+    """Paste into a DDP script and call once before training: `micro_batch()` runs one forward and
+    backward (no optimizer step). Times it with DDP's sync and under no_sync(), in turns, and the
+    gradient's allreduce alone; clears the gradients it made. Rank 0 prints the split."""
+    import statistics
+    import time
+
+    def seconds(work) -> float:  # the slowest rank's time: the step ends when its last rank does
+        dist.barrier()
+        start = time.perf_counter()
+        work()
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()  # CUDA runs kernels asynchronously: wait for them
+        took = torch.tensor([time.perf_counter() - start], device=grads[0].device)
+        dist.all_reduce(took, op=dist.ReduceOp.MAX)
+        model.zero_grad(set_to_none=True)
+        return took.item()
+
+    def unsynced() -> None:
+        with model.no_sync():  # DDP skips its allreduces: the computation alone
+            micro_batch()
+
+    grads = [p for p in model.parameters() if p.requires_grad]
+    flat = torch.zeros(sum(p.numel() for p in grads), device=grads[0].device)  # the gradient, in fp32
+    times = {"sync": [], "compute": [], "alone": []}
+    for _ in range(steps + 1):  # in turns, so that all three see the same machine; the first warms up
+        times["sync"].append(seconds(micro_batch))
+        times["compute"].append(seconds(unsynced))
+        times["alone"].append(seconds(lambda: dist.all_reduce(flat)))
+    step, compute, alone = (statistics.median(t[1:]) for t in times.values())
+    sync = max(0.0, step - compute)
+    if dist.get_rank() == 0:
+        print(f"  compute {compute * 1e3:.1f} ms; the sync adds {sync * 1e3:.1f} ms, {sync / step:.0%} of the step")
+        print(f"  the allreduce alone takes {alone * 1e3:.1f} ms: backward hid {max(0.0, 1 - sync / alone):.0%} of it")
+        mb = flat.numel() * 4 / 2**20
+        print(f"  on 1 to 16 GPUs: distdocs bench emulated --job {mb:.4g},{compute * 1e3:.4g},{link}")
+
+
+# --8<-- [end:measure]
+
+
 def run(args: argparse.Namespace, device: torch.device) -> None:
     rank = dist.get_rank()
     machine = f"{platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, {datetime.date.today()}"
@@ -51,21 +92,12 @@ def run(args: argparse.Namespace, device: torch.device) -> None:
     torch.manual_seed(0)  # the same weights on every rank
     model = DDP(nn.Sequential(nn.Linear(WIDTH, WIDTH), nn.ReLU(), nn.Linear(WIDTH, WIDTH)).to(device))
     opt = torch.optim.SGD(model.parameters(), lr=1e-4)
-    log(f"{'case':>8} {'batch':>6} {'step ms':>8} {'compute ms':>11} {'sync share':>11}")
     for case, batch in BATCHES.items():
         x = torch.randn(batch, WIDTH, generator=torch.Generator().manual_seed(rank)).to(device)
-
+        log(f"{case}: {batch} samples a rank")
         # --8<-- [start:split]
-        def step(sync: bool) -> None:  # one training step; under no_sync(), DDP skips its all_reduces
-            with contextlib.nullcontext() if sync else model.no_sync():
-                model(x).square().mean().backward()
-            opt.step()
-            opt.zero_grad()
-
-        step_s, compute_s = step_and_compute_seconds(step, STEPS)
-        sync_share = max(0.0, step_s - compute_s) / step_s
+        time_the_sync(model, lambda: model(x).square().mean().backward(), LINK)  # noqa: B023
         # --8<-- [end:split]
-        log(f"{case:>8} {batch:>6} {step_s * 1e3:>8.1f} {compute_s * 1e3:>11.1f} {sync_share:>11.0%}")
 
     # --8<-- [start:self_check]
     # The split measures what it says: a synchronised backward leaves every rank the same gradient,

@@ -105,6 +105,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--bucket-mb", help="DDP bucket_cap_mb values, comma-separated (default: DDP's own, scaled with the gradient)"
     )
+    parser.add_argument(
+        "--job",
+        metavar="GRADIENT_MB,COMPUTE_MS,LINK",
+        help="a real job, as the debugging guide's time_the_sync prints it: its gradient in MiB, one "
+        "micro-batch's forward and backward in ms, and the link between its nodes; scaled as the "
+        "production case is (default: 1,2,4,8,16 workers, 1 micro-batch a step)",
+    )
     parser.add_argument("--layers", type=int, default=8, help="layers the gradient is split into (default: 8)")
     parser.add_argument("--steps", type=int, default=3, help="timed steps per point (default: 3)")
     parser.add_argument("--sweep", action="store_true", help="the saved sweep: three link rates, k up to 16, buckets")
@@ -157,8 +164,37 @@ def sweep_points(link: str) -> list[Point]:
     return points
 
 
+def scale_job(spec: str) -> dict:
+    """A real job (`--job GRADIENT_MB,COMPUTE_MS,LINK`) as the scale model runs it: its gradient shrunk (or
+    grown) to 2 MiB and its link to LIVE_LINK, its compute stretched by as much as its sync, so that
+    compute against sync, and every speedup, are the job's; DDP's bucket caps shrink with the gradient."""
+    try:
+        gradient_mb, compute_ms, link = (part.strip() for part in spec.split(","))
+        gradient, compute, rate = float(gradient_mb) * MiB, float(compute_ms) / 1e3, links.rate_bits(link)
+    except ValueError:
+        raise UsageError(f"--job: expected GRADIENT_MB,COMPUTE_MS,LINK as in 97.5,305,1gbit, got {spec!r}") from None
+    require(gradient > 0 and compute > 0, "--job: the gradient and the compute must be positive")
+    shrink = gradient / PRODUCTION["gradient_bytes"]
+    stretch = rate / links.rate_bits(LIVE_LINK) / shrink
+    scaled = compute * stretch
+    require(1e-3 <= scaled <= 10, f"--job: scaled, a micro-batch takes {scaled * 1e3:.4g} ms; 1 ms to 10 s run here")
+    return {
+        "point": {
+            "gradient_bytes": PRODUCTION["gradient_bytes"],
+            "compute_s": scaled,
+            "bucket_mb": 25 / shrink,
+            "first_bucket_mb": 1 / shrink,
+        },
+        "job": {"gradient_mb": gradient / MiB, "compute_ms": compute * 1e3, "link": link, "time_scale": stretch},
+    }
+
+
 def main(args: argparse.Namespace, progress=None) -> list[dict]:
-    custom = any(getattr(args, f) is not None for f in ("workers", "accumulation", "gradient_mb", "compute_ms"))
+    if args.job:
+        require(args.gradient_mb is None and args.compute_ms is None and args.link is None and not args.bucket_mb,
+                "--job sets the gradient, the compute, the link and the buckets")  # fmt: skip
+        require(not args.sweep and args.layers == 8, "--job takes no --sweep or --layers")
+    custom = any(getattr(args, f) is not None for f in ("workers", "accumulation", "gradient_mb", "compute_ms", "job"))
     shaped = args.per_node != 1 or args.inside is not None
     require(not (args.sweep and (custom or args.link or shaped)), "--sweep takes no workload, link or node flags")
     require(1 <= args.layers <= 256 and args.steps >= 1, "--layers must be 1 to 256, --steps positive")
@@ -170,7 +206,7 @@ def main(args: argparse.Namespace, progress=None) -> list[dict]:
         except ValueError as e:
             raise UsageError(f"{flag}: {e}") from None
     require(args.inside is None or args.per_node > 1, "--inside needs --per-node of 2 or more")
-    workers = parse_list(args.workers or "1,2,4,8", int, "--workers", minimum=1)
+    workers = parse_list(args.workers or ("1,2,4,8,16" if args.job else "1,2,4,8"), int, "--workers", minimum=1)
     require(max(workers) <= MAX_WORKERS and 1 in workers, f"--workers: {MAX_WORKERS} at most, and 1 among them")
     k = args.per_node
     require(all(n <= k or n % k == 0 for n in workers), f"--workers must fill nodes of --per-node {k}")
@@ -181,7 +217,11 @@ def main(args: argparse.Namespace, progress=None) -> list[dict]:
     if args.sweep:
         return run({rate: sweep_points(rate) for rate in rates}, args.steps, progress, shape, two_level=True)
     elif custom or args.bucket_mb:
-        ks = parse_list(args.accumulation or "1,4", int, "--accumulation", minimum=1)
+        ks = parse_list(args.accumulation or ("1" if args.job else "1,4"), int, "--accumulation", minimum=1)
+        if args.job:
+            job = scale_job(args.job)
+            points = [Point(n, k, **job["point"], case="your-job") for k in ks for n in workers]
+            return [{**r, "job": job["job"]} for r in run({LIVE_LINK: points}, args.steps, progress, shape)]
         gradient = round((args.gradient_mb if args.gradient_mb is not None else 2) * MiB)
         compute = args.compute_ms / 1e3 if args.compute_ms is not None else PRODUCTION["compute_s"]
         require(gradient >= 4 * args.layers and compute > 0, "--gradient-mb and --compute-ms must be positive")
@@ -443,7 +483,15 @@ def format_table(records: list[dict], machine: dict) -> str:
     fits = sorted({(r["link"], r["alpha_s"], r["beta_s_per_byte"]) for r in records})
     fitted = "; ".join(f"{link}: alpha {a * 1e6:.0f} us, {8 / b / 1e6:.1f} Mbit/s" for link, a, b in fits)
     cost = f"# the run: {first['run_wall_s']:.0f} s of wall time, {first['run_cpu_s']:.0f} s of CPU"
-    return "\n".join([table(machine_line(machine, setup), columns, rows), f"# fitted: {fitted}", cost])
+    lines = [table(machine_line(machine, setup), columns, rows), f"# fitted: {fitted}", cost]
+    if job := first.get("job"):
+        lines.insert(1, (
+            f"# your job, scaled: {job['gradient_mb']:.4g} MiB of gradients over {job['link']} with "
+            f"{job['compute_ms']:.4g} ms a micro-batch runs as {PRODUCTION['gradient_bytes'] / MiB:g} MiB over "
+            f"{LIVE_LINK} with {job['compute_ms'] * job['time_scale']:.4g} ms: every time {job['time_scale']:.3g} "
+            "times the job's, every speedup the job's"
+        ))  # fmt: skip
+    return "\n".join(lines)
 
 
 def plot(records: list[dict], machine: dict) -> str:
