@@ -141,12 +141,18 @@ EMULATION_SAYS = {
 
 def live_points() -> list[Point]:
     """The live subset, at one link rate."""
-    # Two workers at one micro-batch are also timed under no_sync(): the debugging guide's split.
-    grid = [Point(n, k, **PRODUCTION, case="production", split=(n, k) == (2, 1)) for k in (1, 4) for n in (1, 2, 4, 8)]
+    # Two and eight workers at one micro-batch are also timed under no_sync(): the debugging guide's split,
+    # and the sync that bf16 gradients halve (the same 8 workers, the bf16 point below).
+    grid = [
+        Point(n, k, **PRODUCTION, case="production", split=(n, k) in ((2, 1), (8, 1)))
+        for k in (1, 4)
+        for n in (1, 2, 4, 8)
+    ]
+    bf16 = [Point(8, 1, **PRODUCTION, case="bf16-wire", compress="bf16", split=True)]
     # The global batch held at 8 micro-batches (8 workers x 1, 4 x 2, 2 x 4, 1 x 8), and 1 worker at 2.
     held = [Point(n, k, **PRODUCTION, case="production") for n, k in ((4, 2), (1, 2), (1, 8))]
     compute = [Point(n, 1, **COMPUTE_BOUND, case="compute-bound") for n in (1, 2, 4, 8)]
-    return grid + held + compute
+    return grid + held + compute + bf16
 
 
 def sweep_points(link: str) -> list[Point]:
@@ -154,7 +160,7 @@ def sweep_points(link: str) -> list[Point]:
     Mbit/s the live subset's other points and the bucket sweep."""
     live = link == LIVE_LINK
     points = [
-        Point(n, k, **PRODUCTION, case="production", split=live and (n, k) == (2, 1))
+        Point(n, k, **PRODUCTION, case="production", split=live and (n, k) in ((2, 1), (8, 1)))
         for k in (1, 4, 16)
         for n in (1, 2, 4, 8)
     ]
@@ -388,6 +394,7 @@ def _record(
         "bucket_cap_mb": work.bucket_bytes / MiB,  # DDP's caps as it used them: every bucket's, the first's
         "first_bucket_cap_mb": work.first_bucket_bytes / MiB,
         "backward_share": point.backward_share,
+        "compress": point.compress,
         "measured_s": statistics.median(steps),
         "best_s": min(steps),
         "steps_s": steps,

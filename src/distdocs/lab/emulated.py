@@ -113,6 +113,7 @@ class Point:
     backward_share: float = BACKWARD_SHARE
     case: str = ""
     split: bool = False  # also time the step under no_sync(): its computation alone
+    compress: str | None = None  # "bf16": the gradients travel in bfloat16 (torch's bf16_compress_hook)
 
     def ddp_options(self) -> dict:
         """DDP's arguments for these buckets: bucket_cap_mb_list names the first bucket's cap and the
@@ -136,6 +137,7 @@ class Point:
             micro_batch=1,
             accumulation=self.accumulation,
             parameter_sizes=(self.gradient_bytes // 4 // self.layers,) * self.layers,
+            compression=0.5 if self.compress == "bf16" else 1.0,  # DDP's buckets are fp32's; the wire's bytes half
             **buckets,
         )
 
@@ -209,9 +211,12 @@ def _measure(point: Point, group, steps: int, warmup: int, wire: LinkSpec | None
     model = EmulatedModel(point.gradient_bytes, point.compute_s, point.layers, point.backward_share)
     model.value = float(dist.get_rank(group) + 1)
     ddp = DDP(model, process_group=group, **point.ddp_options())
-    lane = Lane(group, Wire(wire, dist.get_rank())) if wire else None
+    dtype = torch.bfloat16 if point.compress == "bf16" else None
+    lane = Lane(group, Wire(wire, dist.get_rank()), dtype) if wire else None
     if lane:
         ddp.register_comm_hook(lane, ring_hook)
+    elif dtype:
+        ddp.register_comm_hook(group, bf16_over_gloo)
     times: dict[bool, list[float]] = {True: [], False: []}
     try:
         for i in range(warmup + steps):
@@ -227,6 +232,14 @@ def _measure(point: Point, group, steps: int, warmup: int, wire: LinkSpec | None
     built = ddp._get_ddp_logging_data().get("rebuilt_bucket_sizes", "")
     buckets = [int(b) for b in built.split(",")] if built else []
     return {**asdict(point), "steps_s": times[True], "compute_steps_s": times[False], "ddp_bucket_bytes": buckets}
+
+
+def bf16_over_gloo(group, bucket):  # no annotations: DDP checks them as objects, and this module's are strings
+    """torch's bf16_compress_hook itself (cast, divide, allreduce, copy back), under a name DDP lets gloo
+    run: it refuses that hook by name without NCCL or XCCL."""
+    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import bf16_compress_hook
+
+    return bf16_compress_hook(group, bucket)
 
 
 def allreduce_timings(

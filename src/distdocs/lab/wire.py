@@ -138,11 +138,13 @@ class _Sending:
 
 
 class Lane:
-    """A communication hook's state: the group and the wire its ring uses, and the one thread that runs
-    the buckets' allreduces in turn, beside the backward pass. Close it before the group is destroyed."""
+    """A communication hook's state: the group and the wire its ring uses, the dtype the gradients
+    travel in (None: their own; torch.bfloat16 halves fp32's bytes, as torch's bf16_compress_hook
+    does), and the one thread that runs the buckets' allreduces in turn, beside the backward pass.
+    Close it before the group is destroyed."""
 
-    def __init__(self, group, wire: Wire) -> None:
-        self.group, self.wire = group, wire
+    def __init__(self, group, wire: Wire, dtype: torch.dtype | None = None) -> None:
+        self.group, self.wire, self.dtype = group, wire, dtype
         self.thread = ThreadPoolExecutor(1, thread_name_prefix="wire-lane")
 
     def close(self) -> None:
@@ -152,17 +154,23 @@ class Lane:
 def ring_hook(lane: Lane, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     """A DDP communication hook: average the bucket over `lane.group` with the lesson's ring, over the
     emulated wire, on the lane's thread. It returns at once, so backward goes on while the ring runs;
-    DDP waits for the futures at the end of backward, as it waits for its own allreduces. The sum is
-    divided after the ring, so integer gradients average exactly."""
+    DDP waits for the futures at the end of backward, as it waits for its own allreduces. With the
+    lane's dtype, the bucket is cast and divided before the ring and copied back after it, as
+    bf16_compress_hook does; without, the sum is divided after, so integer gradients average exactly."""
     tensor, future = bucket.buffer(), torch.futures.Future()
-
+    size = dist.get_world_size(lane.group)
     ready = time.perf_counter()
 
     def run() -> None:
         try:
             lane.wire.start(max(ready, lane.wire.ready))  # one at a time: after the bucket before it
-            ring_allreduce(tensor, lane.group, validate=False, wire=lane.wire)
-            future.set_result(tensor.div_(dist.get_world_size(lane.group)))
+            if lane.dtype is None:
+                ring_allreduce(tensor, lane.group, validate=False, wire=lane.wire)
+                future.set_result(tensor.div_(size))
+                return
+            payload = tensor.to(lane.dtype).div_(size)
+            ring_allreduce(payload, lane.group, validate=False, wire=lane.wire)
+            future.set_result(tensor.copy_(payload))
         except BaseException as err:  # DDP raises it in the training loop, where it waits
             future.set_exception(err)
 
