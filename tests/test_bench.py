@@ -13,6 +13,7 @@ from distdocs import cli
 from distdocs.arguments import UsageError, parse_size
 from distdocs.bench import (
     allreduce,
+    bubble,
     buckets,
     checkpointing,
     compression,
@@ -84,6 +85,7 @@ def test_median_leaves_out_the_warmup():
         (exits, "exits-cpu"),
         (emulated, "emulated-links-cpu"),
         (emulated, "emulated-ranks-cpu"),
+        (bubble, "pipeline-bubble-cpu"),
     ],
 )
 @pytest.mark.fast

@@ -77,3 +77,63 @@ def test_the_saved_run_and_its_figure_support_what_the_page_says():
     assert all(max(busy, key=lambda name: busy[name][rank]) == "InterleavedZeroBubble" for rank in (0, 1))
     assert min(idle, key=lambda name: idle[name][1]) == "ZBVZeroBubble"
     assert ends["ZBVZeroBubble"] > ends["Interleaved1F1B"]
+
+
+# --- the bubble on emulated accelerators: bench bubble ---
+
+BUBBLE = REPO / "benchmarks/pipeline-bubble-cpu.json"
+
+
+def within_the_bubble(records: list[dict]) -> dict:
+    """Each point's stages whose median idle share is off the formula by more than 0.10 of the step."""
+    return {
+        (r["schedule"], r["stages"], r["microbatches"]): [round(v, 3) for v in r["idle_median"]]
+        for r in records
+        if any(abs(v - r["bubble"]) > 0.10 for v in r["idle_median"])
+    }
+
+
+@pytest.mark.processes
+def test_the_bubble_on_emulated_stages_is_the_formula_live(command_runs):
+    """The page's `distdocs bench bubble`: GPipe and 1F1B, 2 and 4 stages, 1 to 8 micro-batches, each
+    stage's idle share from its own timestamps within 0.10 of the step of (p-1)/(m+p-1), never below it
+    by more than 0.02 (a stage cannot idle less than the fill and the drain), and falling with m."""
+    from docexec.fences import page_command
+
+    (run,) = command_runs.run_ok(page_command("docs/lesson/pipeline-parallelism.md", "bench bubble")).records
+    records = run["records"]
+    assert {(r["schedule"], r["stages"]) for r in records} == {(s, p) for s in ("gpipe", "1f1b") for p in (2, 4)}
+    assert not within_the_bubble(records), records
+    assert all(min(r["idle_median"]) >= r["bubble"] - 0.02 for r in records), records
+    for schedule in ("gpipe", "1f1b"):
+        for p in (2, 4):
+            line = sorted(
+                (r for r in records if (r["schedule"], r["stages"]) == (schedule, p)), key=lambda r: r["microbatches"]
+            )
+            idle = [max(r["idle_median"]) for r in line]
+            assert idle == sorted(idle, reverse=True), (schedule, p, idle)
+
+
+@pytest.mark.fast
+def test_the_saved_bubble_run_draws_the_pages_figure_and_holds_the_formula():
+    from distdocs.bench import bubble
+
+    data = json.loads(BUBBLE.read_text())
+    assert (REPO / "docs/assets/pipeline-bubble-cpu.svg").read_text() == bubble.plot(data["records"], data["machine"])
+    assert not within_the_bubble(data["records"])
+    assert all(r["bubble"] == bubble_fraction(r["stages"], r["microbatches"]) for r in data["records"])
+
+
+@pytest.mark.fast
+def test_1f1b_fills_with_fewer_forwards_on_later_stages_and_runs_every_op_once():
+    from distdocs.lab.emulated_pipeline import schedule
+
+    for p, m in ((2, 1), (4, 8), (4, 2)):
+        for s in range(p):
+            for name in ("gpipe", "1f1b"):
+                ops = schedule(name, s, p, m)
+                assert sorted(ops) == sorted([("F", i) for i in range(m)] + [("B", i) for i in range(m)])
+                assert all(ops.index(("F", i)) < ops.index(("B", i)) for i in range(m))
+            warm = schedule("1f1b", s, p, m)
+            first_backward = next(i for i, (op, _) in enumerate(warm) if op == "B")
+            assert first_backward == min(p - s, m)  # p - 1 - s forwards to fill, then one more

@@ -27,6 +27,7 @@ BENCHMARKS = {
     "checkpointing": "DCP's save against async_save while training: the stall, the time to durable, 2 ranks",
     "slurm": "SLURM requeues a job after a lost node or a preemption signal: each phase timed (root)",
     "exits": "examples launched again and again under torchrun: how many ranks abort at exit",
+    "bubble": "the pipeline bubble on emulated accelerators: GPipe and 1F1B at 2 and 4 stages, against (p-1)/(m+p-1)",
     "emulated": "the scale model: 1-16 emulated accelerators in DDP over dialled links, against the cost model",
 }
 

@@ -126,6 +126,29 @@ class Wire:
         self.ready = max(self.ready, arrive)  # the next message carries what this one brought
         return _Sending(sending, outbound), receiving
 
+    def send(self, tensor: torch.Tensor, dst: int, group=None) -> "_Sending":
+        """One message to global rank `dst`, ready now, as a pipeline stage sends an activation: its
+        bytes queue on this rank's card, stamped with when they arrive. Wait for the request before
+        reusing `tensor`'s rank of the schedule."""
+        nbytes = tensor.numel() * tensor.element_size()
+        self.messages += 1
+        self.bytes_sent += nbytes
+        card = self.inside if dst // self.spec.per_node == self.node else self.between
+        now = time.perf_counter()
+        outbound = torch.empty(STAMP_BYTES + nbytes, dtype=torch.uint8)
+        outbound[:STAMP_BYTES].view(torch.float64)[0] = card.reserve(nbytes, now) + self.spec.latency_s if card else now
+        outbound[STAMP_BYTES:].copy_(tensor.view(-1).view(torch.uint8))
+        return _Sending(dist.isend(outbound, dst, group), outbound)
+
+    def recv(self, tensor: torch.Tensor, src: int, group=None) -> None:
+        """The message from global rank `src`, into `tensor`, returned when its last byte arrives."""
+        inbound = torch.empty(STAMP_BYTES + tensor.numel() * tensor.element_size(), dtype=torch.uint8)
+        dist.recv(inbound, src, group)
+        arrive = inbound[:STAMP_BYTES].view(torch.float64).item()
+        tensor.view(-1).view(torch.uint8).copy_(inbound[STAMP_BYTES:])
+        while (left := arrive - time.perf_counter()) > 0:
+            time.sleep(left)
+
 
 class _Sending:
     """A send's request, and its buffer, kept until the send is done."""
