@@ -121,8 +121,11 @@ def _rank_loop(rank, world_size, store_path, timeout_s, tasks, results, namespac
 
 
 def _gloo_threads() -> int:
-    """How many of this process's threads are gloo's (Linux /proc)."""
+    """How many of this process's threads are gloo's (Linux /proc; elsewhere, such as macOS, where the
+    scale model runs with its links paced by the ranks, none can be counted: 0)."""
     names = []
+    if not os.path.isdir("/proc/self/task"):
+        return 0
     for task in os.listdir("/proc/self/task"):
         try:
             with open(f"/proc/self/task/{task}/comm") as f:
