@@ -223,24 +223,20 @@ def test_the_ranks_pacing_gives_tcs_steps_within_10_percent_and_the_model_predic
 
 def _paced_ring(rank: int, world_size: int, nbytes: int, spec) -> dict:
     """The lesson's ring over the ranks' emulated link: the sum, the time and what the wire counted."""
+    import torch.distributed as dist
+
     from distdocs.collectives import ring_allreduce
     from distdocs.lab.wire import Wire
 
     wire = Wire(spec, rank)
     tensor = torch.arange(nbytes // 4, dtype=torch.float32) * (rank + 1)
-    dist_barrier()
+    dist.barrier()
     wire.start()
     start = time.perf_counter()
     ring_allreduce(tensor, validate=False, wire=wire)
     elapsed = time.perf_counter() - start
     expected = torch.arange(nbytes // 4, dtype=torch.float32) * sum(range(1, world_size + 1))
     return {"s": elapsed, "exact": torch.equal(tensor, expected), "messages": wire.messages, "bytes": wire.bytes_sent}
-
-
-def dist_barrier() -> None:
-    import torch.distributed as dist
-
-    dist.barrier()
 
 
 @pytest.mark.processes

@@ -42,9 +42,19 @@ MiB = 2**20
 RESNET50 = {"params": 25_557_032, "step_s": 112 / 367, "link": "1gbit", "gpu": "V100 16GB, FP32, batch 112"}
 GRADIENT_SCALE = RESNET50["params"] * 4 / (2 * MiB)  # 48.7
 LINK_SCALE = 10
-# DDP's caps shrink with the gradient, so that the scale model has as many buckets as the real job: 25 MiB
-# and a first bucket of 1 MiB on 102.2 MB are about 0.51 MiB and 21 KiB on 2 MiB.
-SCALED_BUCKETS = {"bucket_mb": 25 / GRADIENT_SCALE, "first_bucket_mb": 1 / GRADIENT_SCALE}
+
+
+def scaled_caps(shrink: float) -> dict:
+    """DDP's default bucket caps for a gradient `shrink` times smaller than the real job's, so that the
+    scale model has as many buckets as the job: 25 MiB and a first bucket of 1 MiB on ResNet-50's
+    102.2 MB are about 0.51 MiB and 21 KiB on 2 MiB."""
+    return {
+        "bucket_mb": costmodel.DDP_BUCKET_BYTES / MiB / shrink,
+        "first_bucket_mb": costmodel.DDP_FIRST_BUCKET_BYTES / MiB / shrink,
+    }
+
+
+SCALED_BUCKETS = scaled_caps(GRADIENT_SCALE)
 PRODUCTION = {
     "gradient_bytes": 2 * MiB,
     "compute_s": round(RESNET50["step_s"] * LINK_SCALE / GRADIENT_SCALE, 4),
@@ -185,12 +195,7 @@ def scale_job(spec: str) -> dict:
     scaled = compute * stretch
     require(1e-3 <= scaled <= 10, f"--job: scaled, a micro-batch takes {scaled * 1e3:.4g} ms; 1 ms to 10 s run here")
     return {
-        "point": {
-            "gradient_bytes": PRODUCTION["gradient_bytes"],
-            "compute_s": scaled,
-            "bucket_mb": 25 / shrink,
-            "first_bucket_mb": 1 / shrink,
-        },
+        "point": {"gradient_bytes": PRODUCTION["gradient_bytes"], "compute_s": scaled, **scaled_caps(shrink)},
         "job": {"gradient_mb": gradient / MiB, "compute_ms": compute * 1e3, "link": link, "time_scale": stretch},
     }
 
@@ -291,7 +296,7 @@ def run(
             fits[rate] = _fit_between(rate, shape, progress)
             records += measure_on_nodes(points, rate, fits[rate], steps, shape, progress)
     else:
-        with _flat_world(size, next(iter(by_link)), shape) as (world, net):
+        with _world(size, next(iter(by_link)), shape) as (world, net):
             for rate, points in by_link.items():
                 if net:
                     net.set_rate(rate)
@@ -310,15 +315,17 @@ def run(
 
 
 @contextlib.contextmanager
-def _flat_world(size: int, rate: str, shape: Shape):
-    """A world of `size` ranks, one to a node: under tc, each in a namespace of a dialled network
-    (yielded, to set its rate); under the ranks' emulation, all on loopback (no network)."""
+def _world(size: int, rate: str, shape: Shape, per_node: int = 1, inside: str | None = None):
+    """A world of `size` ranks, `per_node` to a node, numbered node by node: under tc, the nodes are
+    namespaces of a dialled network (yielded too, to set its rate), `inside` dialled on each node's
+    loopback; under the ranks' emulation, all on loopback (no network: the wire paces them)."""
     if shape.emulation == "ranks":
         with World(size, timeout_s=900) as world:
             yield world, None
         return
-    with links.Network(size, rate) as net:
-        with World(size, timeout_s=900, namespaces=[n.namespace for n in net.nodes]) as world:
+    with links.Network(size // per_node, rate, inside=inside) as net:
+        places = [node.namespace for node in net.nodes for _ in range(per_node)]
+        with World(size, timeout_s=900, namespaces=places) as world:
             yield world, net
 
 
@@ -333,7 +340,7 @@ def _fit_between(rate: str, shape: Shape, progress=None) -> costmodel.Fit:
     """The link between nodes, fitted with one worker per node."""
     if progress:
         progress(f"{rate}: fitting α and β between nodes")
-    with _flat_world(max(FIT_WORKERS), rate, shape) as (world, _):
+    with _world(max(FIT_WORKERS), rate, shape) as (world, _):
         return _fit(world, list(FIT_WORKERS), shape, shape.wire(rate, per_node=1))
 
 
@@ -349,13 +356,7 @@ def measure_on_nodes(
     size += -size % k
     if progress:
         progress(f"{size // k} nodes of {k} workers: {rate} between, {inside} inside")
-    with contextlib.ExitStack() as stack:
-        if shape.emulation == "ranks":
-            world = stack.enter_context(World(size, timeout_s=900))
-        else:
-            net = stack.enter_context(links.Network(size // k, rate, inside=inside))
-            places = [node.namespace for node in net.nodes for _ in range(k)]
-            world = stack.enter_context(World(size, timeout_s=900, namespaces=places))
+    with _world(size, rate, shape, k, inside) as (world, _):
         inside_fit = _fit(world, sorted({2, k}), shape, shape.wire(inside, per_node=1))
         found = world.run(measure, points, steps, 1, shape.wire(rate))[0]
     return [_record(f, rate, between, shape, inside=(inside_fit, inside)) for f in found]

@@ -106,23 +106,12 @@ class Wire:
         in full. The stamp rides in the message's first 8 bytes: a second message for it would double
         the host's work per step, which on 2 cores is what 16 ranks run short of. Returns the send's
         request, and the receive's (done)."""
-        nbytes = send.numel() * send.element_size()
-        self.messages += 1
-        self.bytes_sent += nbytes
-        inbound = torch.empty(STAMP_BYTES + recv.numel() * recv.element_size(), dtype=torch.uint8)
+        inbound = _buffer_for(recv)
         receiving = dist.irecv(inbound, src, group)
-        card = self.inside if dst // self.spec.per_node == self.node else self.between
-        outbound = torch.empty(STAMP_BYTES + nbytes, dtype=torch.uint8)
-        # The same node with no inside link dialled: loopback as it is, so the message is there at once.
-        stamp = card.reserve(nbytes, self.ready) + self.spec.latency_s if card else self.ready
-        outbound[:STAMP_BYTES].view(torch.float64)[0] = stamp
-        outbound[STAMP_BYTES:].copy_(send.view(-1).view(torch.uint8))
+        outbound = self._stamped(send, dst, self.ready)
         sending = dist.isend(outbound, dst, group)
         receiving.wait()
-        arrive = inbound[:STAMP_BYTES].view(torch.float64).item()
-        recv.view(-1).view(torch.uint8).copy_(inbound[STAMP_BYTES:])
-        while (left := arrive - time.perf_counter()) > 0:
-            time.sleep(left)
+        arrive = _deliver(inbound, recv)
         self.ready = max(self.ready, arrive)  # the next message carries what this one brought
         return _Sending(sending, outbound), receiving
 
@@ -130,24 +119,43 @@ class Wire:
         """One message to global rank `dst`, ready now, as a pipeline stage sends an activation: its
         bytes queue on this rank's card, stamped with when they arrive. Wait for the request before
         reusing `tensor`'s rank of the schedule."""
-        nbytes = tensor.numel() * tensor.element_size()
-        self.messages += 1
-        self.bytes_sent += nbytes
-        card = self.inside if dst // self.spec.per_node == self.node else self.between
-        now = time.perf_counter()
-        outbound = torch.empty(STAMP_BYTES + nbytes, dtype=torch.uint8)
-        outbound[:STAMP_BYTES].view(torch.float64)[0] = card.reserve(nbytes, now) + self.spec.latency_s if card else now
-        outbound[STAMP_BYTES:].copy_(tensor.view(-1).view(torch.uint8))
+        outbound = self._stamped(tensor, dst, time.perf_counter())
         return _Sending(dist.isend(outbound, dst, group), outbound)
 
     def recv(self, tensor: torch.Tensor, src: int, group=None) -> None:
         """The message from global rank `src`, into `tensor`, returned when its last byte arrives."""
-        inbound = torch.empty(STAMP_BYTES + tensor.numel() * tensor.element_size(), dtype=torch.uint8)
+        inbound = _buffer_for(tensor)
         dist.recv(inbound, src, group)
-        arrive = inbound[:STAMP_BYTES].view(torch.float64).item()
-        tensor.view(-1).view(torch.uint8).copy_(inbound[STAMP_BYTES:])
-        while (left := arrive - time.perf_counter()) > 0:
-            time.sleep(left)
+        _deliver(inbound, tensor)
+
+    def _stamped(self, tensor: torch.Tensor, dst: int, ready: float) -> torch.Tensor:
+        """`tensor`'s bytes behind the stamp of when they arrive at global rank `dst`: through this
+        rank's card to `dst`'s node from `ready` on, plus the latency. To a rank of the same node with
+        no inside link dialled: loopback as it is, so the message is there at once."""
+        nbytes = tensor.numel() * tensor.element_size()
+        self.messages += 1
+        self.bytes_sent += nbytes
+        card = self.inside if dst // self.spec.per_node == self.node else self.between
+        outbound = torch.empty(STAMP_BYTES + nbytes, dtype=torch.uint8)
+        outbound[:STAMP_BYTES].view(torch.float64)[0] = (
+            card.reserve(nbytes, ready) + self.spec.latency_s if card else ready
+        )
+        outbound[STAMP_BYTES:].copy_(tensor.view(-1).view(torch.uint8))
+        return outbound
+
+
+def _buffer_for(tensor: torch.Tensor) -> torch.Tensor:
+    """Room for a stamped message of `tensor`'s size."""
+    return torch.empty(STAMP_BYTES + tensor.numel() * tensor.element_size(), dtype=torch.uint8)
+
+
+def _deliver(inbound: torch.Tensor, tensor: torch.Tensor) -> float:
+    """Copy a received message into `tensor` and return when its stamp says it arrives, not sooner."""
+    arrive = inbound[:STAMP_BYTES].view(torch.float64).item()
+    tensor.view(-1).view(torch.uint8).copy_(inbound[STAMP_BYTES:])
+    while (left := arrive - time.perf_counter()) > 0:
+        time.sleep(left)
+    return arrive
 
 
 class _Sending:
