@@ -1,4 +1,4 @@
-"""docexec: the engine that executes distdocs' pages, so that every line of code a reader sees has run.
+"""docexec: the engine that executes distdocs' pages, so that the code a reader sees has run.
 
 The idea in one sentence: a page is a test. Every fenced block in docs/ is classified, and each kind
 has one way to be checked; a block that no check covers fails the suite.

@@ -190,3 +190,19 @@ def test_the_production_case_takes_its_step_time_from_nvidia_and_its_layout_from
         text = " ".join((DOCS / page).read_text().split())
         assert "305 ms" in text and "367 images/s" in text, page
         assert re.search(r"layout is ours|are our layout", text), page
+
+
+def test_every_block_never_run_is_on_the_list_the_home_page_points_to():
+    """The home page says the code is run, with exceptions; "What is not run" on the testing page must
+    name the page of every block that is not executed, so that the claim stays exact."""
+    import os
+
+    from docexec.fences import classify
+
+    testing = (DOCS / "appendix/testing.md").read_text()
+    section = testing[testing.index("## What is not run") : testing.index("## Lint")]
+    for page in sorted(DOCS.rglob("*.md")):
+        if any(f.kind == "not executed" for f in classify(page)):
+            link = os.path.relpath(page, DOCS / "appendix")
+            assert f"]({link}" in section, f"{page.relative_to(REPO)} is not named in What is not run"
+    assert "](appendix/testing.md#what-is-not-run)" in (DOCS / "index.md").read_text()
