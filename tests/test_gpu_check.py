@@ -1,6 +1,6 @@
 """`make gpu-check` (tools/gpu_check.py): it covers every GPU tab and every example, skips what one
 GPU cannot run with the reason, exits 0 with one line where there is no CUDA, the set-up page says
-whether its report exists, and until a GPU run exists every GPU tab says that its output is not shown."""
+whether its report exists, and until a GPU run exists every GPU tab links there in place of an output."""
 
 from __future__ import annotations
 
@@ -82,22 +82,54 @@ def test_the_set_up_page_says_whether_the_gpu_half_was_checked():
         assert "The `nccl` path has not yet been run on a GPU." in " ".join(page.split())
 
 
-NO_GPU_OUTPUT = "No GPU run has produced this tab's output yet, so none is shown."
+# The one line a GPU tab shows in place of an output that no GPU run produced: a link to the set-up
+# page's section on what has run on a GPU, which says it once.
+NOT_RUN_ON_A_GPU = re.compile(r"^    \[Not yet run on a GPU\]\(((?:\.\./)*(?:start/)?set-up\.md)?#gpu\)$", re.M)
+SET_UP = DOCS / "start/set-up.md"
+
+
+def gpu_tabs() -> list[tuple[str, str]]:
+    """Every GPU tab of the site: its page, relative to docs/, and its body."""
+    return [
+        (str(page.relative_to(DOCS)), tab[1])
+        for page in sorted(DOCS.rglob("*.md"))
+        for tab in re.finditer(r'^=== "GPU[^\n]*\n((?:    .*\n|[ \t]*\n)*)', page.read_text(), re.M)
+    ]
+
+
+def marks_not_run(page: str, body: str) -> bool:
+    """Whether a tab's body holds the not-run line once, linking to the set-up page's #gpu section."""
+    links = NOT_RUN_ON_A_GPU.findall(body)
+    if len(links) != 1:
+        return False
+    target = (DOCS / page).parent / links[0] if links[0] else DOCS / page
+    return target.resolve() == SET_UP.resolve()
 
 
 @pytest.mark.fast
-def test_every_gpu_tab_says_in_one_line_that_its_output_is_not_shown():
+def test_every_gpu_tab_shows_a_gpu_runs_output_or_links_to_where_the_gpu_status_is_said():
     """No page shows a GPU result that no run produced: until make gpu-check has saved a report, each
-    GPU tab holds its command and this one line, and no output block."""
-    if gpu_check.REPORT.exists():
-        pytest.skip("a GPU report exists: the tabs show its outputs")
-    tabs = []
-    for page in sorted(DOCS.rglob("*.md")):
-        for tab in re.finditer(r'^=== "GPU[^\n]*\n((?:    .*\n|[ \t]*\n)*)', page.read_text(), re.M):
-            tabs.append((f"{page.relative_to(DOCS)}", tab[1]))
+    GPU tab holds its command and the one line that links to the set-up page's #gpu section, and no
+    output block; after, each shows either its output or that line, never both and never neither."""
+    tabs = gpu_tabs()
     assert tabs
-    wrong = [where for where, body in tabs if body.count(NO_GPU_OUTPUT) != 1 or 'title="Output"' in body]
-    assert not wrong, f"GPU tabs without the line, or with an output no GPU run produced: {wrong}"
+    assert re.search(r"^## .*\{ #gpu \}$", SET_UP.read_text(), re.M), "the set-up page lost its #gpu section"
+    report = gpu_check.REPORT.exists()
+    wrong = [
+        where
+        for where, body in tabs
+        if marks_not_run(where, body) == ('title="Output"' in body) or (not report and 'title="Output"' in body)
+    ]
+    assert not wrong, f"GPU tabs without the not-run line, or with an output no GPU run produced: {wrong}"
+
+
+@pytest.mark.fast
+def test_the_not_run_line_is_told_apart_from_what_is_not_it():
+    assert marks_not_run("lesson/x.md", "    [Not yet run on a GPU](../start/set-up.md#gpu)\n")
+    assert marks_not_run("start/set-up.md", "    [Not yet run on a GPU](#gpu)\n")
+    assert not marks_not_run("lesson/x.md", "    [Not yet run on a GPU](#gpu)\n")  # a link to itself
+    assert not marks_not_run("lesson/x.md", "    [Not yet run on a GPU](../start/set-up.md#other)\n")
+    assert not marks_not_run("lesson/x.md", "    ```bash\n    torchrun x.py\n    ```\n")  # neither line nor output
 
 
 def launchers_on_one_host(command: str) -> list[tuple[list[str], int]]:
