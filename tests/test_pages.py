@@ -206,3 +206,16 @@ def test_every_block_never_run_is_on_the_list_the_home_page_points_to():
             link = os.path.relpath(page, DOCS / "appendix")
             assert f"]({link}" in section, f"{page.relative_to(REPO)} is not named in What is not run"
     assert "](appendix/testing.md#what-is-not-run)" in (DOCS / "index.md").read_text()
+
+
+def test_in_production_says_a_pipelines_stage_reduces_its_gradients_in_its_last_backward_only():
+    """The page says DP under PP overlaps only the last micro-batch's backward, because torch's
+    pipelining runs the others under DDP's no_sync. Held to the installed torch's source."""
+    import inspect
+
+    from torch.distributed.pipelining.stage import _PipelineStageBase
+
+    source = inspect.getsource(_PipelineStageBase.backward_maybe_with_nosync)
+    assert "if last_backward:" in source and "with self.submod.no_sync():" in source
+    page = " ".join((DOCS / "operations/in-production.md").read_text().split())
+    assert "only in its last micro-batch's backward" in page and "`no_sync`" in page
