@@ -173,13 +173,16 @@ print("step 2 self-check passed")
 #
 # Steps 1 and 2 showed what the allreduce computes. This step measures what it costs, at 1 to 8
 # workers, on one ordinary machine. Its CPU cannot do eight GPUs' arithmetic, and it does not
-# have to: while a GPU's kernel runs, the process that launched it only waits, and a waiting process
-# costs no CPU. So the workers here are emulated accelerators. **Compute is a wait; the bytes, the
+# have to: while a GPU's big kernels run, the process that launched them mostly waits, and a wait
+# needs next to no CPU. (A job of many small kernels is different: launching each takes the CPU
+# microseconds, and it can set the pace. The emulation leaves that launch-bound case out.)
+# So the workers here are emulated accelerators. **Compute is a wait; the bytes, the
 # collectives, the overlap and the link are real**: each worker is a rank of torch's own DDP on a
 # node of its own, and the nodes share a switch through links dialled to 100 Mbit/s.
 #
-# What it trains is a real job, shrunk: ResNet-50 on V100 GPUs over 1 Gbit/s Ethernet, 305 ms a step
-# and 102 MB of float32 gradients. The gradient shrinks 48.7 times, to 2 MiB, and the link 10 times,
+# What it trains is a real job, shrunk: ResNet-50 on V100 GPUs, 305 ms a step (NVIDIA's published
+# time for one GPU) and 102 MB of float32 gradients, one GPU per node over 1 Gbit/s Ethernet (our
+# layout). The gradient shrinks 48.7 times, to 2 MiB, and the link 10 times,
 # so every time stretches by 10/48.7: a step's compute becomes 62.6 ms. The speedup depends on
 # compute against sync, which is the same at both scales.
 #
