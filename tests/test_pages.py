@@ -219,3 +219,46 @@ def test_in_production_says_a_pipelines_stage_reduces_its_gradients_in_its_last_
     assert "if last_backward:" in source and "with self.submod.no_sync():" in source
     page = " ".join((DOCS / "operations/in-production.md").read_text().split())
     assert "only in its last micro-batch's backward" in page and "`no_sync`" in page
+
+
+def test_set_ups_installs_name_extras_that_bring_what_their_routes_import():
+    """Set up gives each route one install command, `pip install -e ".[extras]"`. Each extra exists in
+    pyproject.toml, with no torch pin there (a GPU reader keeps their CUDA build), and `make` installs
+    the same packages, pinned in requirements.lock within the extra's range, all but JupyterLab, which
+    only opens the lab. What the lab and the DeepSpeed example import comes from the core or the extra
+    Set up installs for them."""
+    import ast
+    import sys
+
+    from packaging.requirements import Requirement
+
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11 and later
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    extras = project["optional-dependencies"]
+    assert not any(Requirement(r).name == "torch" for rs in extras.values() for r in rs)
+    lock = dict(ln.split("==") for ln in (REPO / "requirements.lock").read_text().splitlines() if "==" in ln)
+    lock = {name.lower().replace("_", "-"): version for name, version in lock.items()}
+    named = re.findall(r'^pip install -e "\.\[([a-z,-]+)\]"', (DOCS / "start/set-up.md").read_text(), re.M)
+    assert named, 'Set up shows no `pip install -e ".[...]"`'
+    installed = {}
+    for extra in (e for group in named for e in group.split(",")):
+        assert extra in extras, f"Set up installs .[{extra}], which pyproject.toml does not define"
+        for req in map(Requirement, extras[extra]):
+            installed[req.name] = extra
+            if req.name == "jupyterlab":
+                continue
+            assert req.name in lock, f".[{extra}]: {req.name} is not in requirements.lock"
+            assert req.specifier.contains(lock[req.name]), f".[{extra}]: the lock's {req.name} is outside {req}"
+
+    core = {Requirement(r).name for r in project["dependencies"]} | {"distdocs"}
+    brought_by = {"IPython": "jupyterlab"}  # the lab shows its figure through IPython only inside Jupyter
+    for source, extra in [
+        ("docs/lab/simulate-data-parallel-sync.py", "lab"),
+        ("examples/launchers/step02_deepspeed_zero.py", "deepspeed"),
+    ]:
+        tree = ast.parse((REPO / source).read_text())
+        modules = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        modules |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+        for module in modules - set(sys.stdlib_module_names) - core:
+            assert installed.get(brought_by.get(module, module).lower()) == extra, f"{source} imports {module}"

@@ -18,9 +18,10 @@
 # not the computation, sets the pace. The last step then measures your own machine and sets the
 # measurement next to the prediction.
 #
-# The notebook runs in well under a minute on 2 CPU cores, with `pip install -e .` from the
-# repository (it imports `distdocs`). Download it with the button at the top of the page, or run
-# it as a script: `python docs/lab/simulate-data-parallel-sync.py`.
+# The notebook runs in well under a minute on 2 CPU cores, with `pip install -e ".[lab]"` from the
+# repository (it imports `distdocs` and matplotlib; the extra adds JupyterLab to open it). Download
+# it with the button at the top of the page, or run it as a script:
+# `python docs/lab/simulate-data-parallel-sync.py`.
 
 # %%
 import torch
