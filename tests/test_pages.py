@@ -262,3 +262,16 @@ def test_set_ups_installs_name_extras_that_bring_what_their_routes_import():
         modules |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
         for module in modules - set(sys.stdlib_module_names) - core:
             assert installed.get(brought_by.get(module, module).lower()) == extra, f"{source} imports {module}"
+
+
+def test_every_paragraph_that_promises_a_requeue_on_preemption_names_preempt_mode():
+    """`--requeue` brings a preempted job back only where the cluster's PreemptMode is REQUEUE
+    (https://slurm.schedmd.com/preempt.html); with CANCEL the job is cancelled. Any paragraph that
+    says `--requeue` covers a preemption says so."""
+    missing = []
+    for page in sorted(DOCS.rglob("*.md")):
+        for paragraph in re.split(r"\n\s*\n", page.read_text()):
+            flat = " ".join(paragraph.split())
+            if "--requeue" in flat and "preempt" in flat.lower() and "PreemptMode" not in flat:
+                missing.append(f"{page.relative_to(REPO)}: {flat[:80]}")
+    assert not missing, missing
