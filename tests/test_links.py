@@ -191,8 +191,8 @@ HIERARCHY = REPO / "benchmarks/hierarchy-links-cpu.json"
 
 
 @pytest.mark.fast
-def test_the_saved_hierarchy_run_says_what_the_collectives_page_says():
-    """docs/lesson/collectives.md, "Fast inside a node, slow between nodes": on both links the
+def test_the_saved_hierarchy_run_says_what_the_allreduce_across_nodes_page_says():
+    """docs/deep-dives/allreduce-across-nodes.md, "Fast inside a node, slow between nodes": on both links the
     two-level allreduce beats the flat ring at the largest size, the model with two links predicts
     both within 0.8-1.2, and HSDP sends the fewest bytes across, FSDP the most."""
     records = json.loads(HIERARCHY.read_text())["records"]

@@ -1,4 +1,5 @@
-"""docs/lesson/pipeline-parallelism.md, its section on interleaving and zero bubble: what the
+"""docs/deep-dives/pipeline-schedules.md, interleaving and zero bubble, and the bubble that
+docs/lesson/pipeline-parallelism.md measures: what the
 schedules' run shows (its one launch is shared with test_docs.py, which checks the excerpt, and
 test_examples.py, which checks the self-check), and what the saved longer run and its figure say."""
 

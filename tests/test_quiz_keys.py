@@ -209,7 +209,7 @@ COMPUTED = {
     ("operations/multi-node.md", "An elastic job"): elastic_key,
     ("deep-dives/profile-first.md", "A dense transformer trains at 2973"): mfu_key,
     ("deep-dives/expert-parallelism.md", "Two ranks hold 4 experts"): expert_capacity_key,
-    ("lesson/pipeline-parallelism.md", "A pipeline has p = 4 ranks, m = 8"): lambda: str(
+    ("deep-dives/pipeline-schedules.md", "A pipeline has p = 4 ranks, m = 8"): lambda: str(
         Fraction(bubble_fraction(4, 8, chunks=2)).limit_denominator(100)
     ),
     ("reference/quiz.md", "Two ranks each hold half of a batch"): rounding_key,
@@ -220,6 +220,8 @@ JUDGEMENT = [
     ("deep-dives/gradient-compression.md", "Why does PowerSGD keep"),
     ("lesson/choosing-a-strategy.md", "A model's states do not fit"),
     ("lesson/collectives.md", "Which collective leaves every rank"),
+    ("deep-dives/allreduce-across-nodes.md", "Two nodes of 4 GPUs"),
+    ("deep-dives/allreduce-across-nodes.md", "In a two-level allreduce"),  # the bytes test_links.py counts
     ("lesson/data-parallelism.md", "Every example's setup picks the GPU"),
     ("deep-dives/ddp-internals.md", "Why does BucketedDDP launch"),
     ("deep-dives/ddp-internals.md", "What does `gradient_as_bucket_view=True` save"),
@@ -229,7 +231,7 @@ JUDGEMENT = [
     ("lesson/launchers.md", "On a cluster"),
     ("lesson/model-parallelism.md", "What does rank 1 send back"),
     ("lesson/pipeline-parallelism.md", "Why not simply use very many"),
-    ("lesson/pipeline-parallelism.md", "What does a zero-bubble schedule move"),
+    ("deep-dives/pipeline-schedules.md", "What does a zero-bubble schedule move"),
     ("lesson/sharded-data-parallelism.md", "Sharded data parallelism (FSDP, ZeRO-3) replaces"),
     ("lesson/sharded-data-parallelism.md", "What does sharding the model state cost"),
     (
