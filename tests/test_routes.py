@@ -5,7 +5,6 @@ offers each route with its pages' reading times and their sum, and "Next" at the
 
 from __future__ import annotations
 
-import math
 import re
 import sys
 import urllib.parse
@@ -16,44 +15,15 @@ import yaml
 from docexec.fences import DOCS, REPO, classify, parse_fences
 
 sys.path.insert(0, str(REPO / "hooks"))
-from routes import Route, route_links, routes  # noqa: E402
+import reading_time  # noqa: E402
+from reading_time import command_key, command_times, page_parts  # noqa: E402
+from routes import ROUTES_MARKER, Route, route_links, route_list, routes  # noqa: E402
 
 CONFIG = yaml.load((REPO / "mkdocs.yml").read_text(), Loader=yaml.BaseLoader)
 ROUTES = routes(CONFIG)
 SECTIONS = ["Start here", "Make it multi-GPU", "The lesson", "Deep dives", "Operations", "Lab", "Reference", "Appendix"]
 OFF_ROUTE_SECTIONS = {"Deep dives", "Operations", "Reference", "Appendix"}  # what lies on no route
 HOME = "index.md"
-WORDS_PER_MINUTE = 200
-
-
-def minutes(words: int, commands: int) -> int:
-    """Words at 200 a minute, plus a minute for each command to run and its output to read, rounded up
-    to 5 minutes."""
-    return 5 * math.ceil((words / WORDS_PER_MINUTE + commands) / 5)
-
-
-def words(path) -> int:
-    """A page's words outside code fences and HTML comments; for a jupytext notebook, the words of its
-    markdown cells."""
-    text = path.read_text()
-    if path.suffix == ".py":
-        cells = re.split(r"^# %%(.*)$", text, flags=re.M)
-        return sum(len(re.findall(r"[A-Za-z0-9]+", b)) for k, b in zip(cells[1::2], cells[2::2]) if "[markdown]" in k)
-    for fence in parse_fences(path):
-        text = text.replace(fence.body, "")
-    return len(re.findall(r"[A-Za-z0-9]+", re.sub(r"<!--.*?-->", "", text, flags=re.S)))
-
-
-def page_minutes(page: str) -> int:
-    path = DOCS / page
-    if path.suffix == ".py":  # a notebook: a minute for each code cell
-        cells = re.split(r"^# %%(.*)$", path.read_text(), flags=re.M)
-        return minutes(
-            words(path), sum(1 for k, b in zip(cells[1::2], cells[2::2]) if "[markdown]" not in k and b.strip())
-        )
-    return minutes(words(path), sum(1 for f in classify(path) if f.kind == "command"))
-
-
 def nav_sections() -> dict[str, list[str]]:
     """Each top-level section of the navigation and the page files in it."""
 
@@ -95,38 +65,68 @@ def test_a_page_leads_on_to_one_page_whichever_route_it_is_on():
         route_links([Route("a", ("x.md", "y.md")), Route("b", ("x.md", "z.md"))])
 
 
-ROUTE = re.compile(
-    r"^\*\*(?P<name>[^*:]+): (?P<total>[^*]+)\.\*\*(?P<body>.*?)(?=^\*\*|^Off the routes|^## )", re.M | re.S
-)
+ROUTE = re.compile(r"^\*\*(?P<name>[^*:]+): (?P<total>[^*]+)\.\*\*(?P<body>.*?)(?=^\*\*|\Z)", re.M | re.S)
 STEP = re.compile(r"^\d+\. \[[^\]]+\]\(([\w/.-]+)\), (\d+) min$", re.M)
-
-
-def said_total(total: int) -> set[str]:
-    hours, rest = divmod(total, 60)
-    if not hours:
-        return {f"{total} minutes"}
-    unit = "hour" if hours == 1 else "hours"
-    return {f"{hours} {unit}"} if not rest else {f"{hours} {unit} {rest} minutes"}
+# What each route may take by the reading rule: a reader short on time has twenty minutes, an engineer
+# an afternoon's first hour and a quarter, a student from zero four hours.
+BUDGET_MINUTES = {"Short on time": 20, "Make it multi-GPU": 75, "From zero": 240}
 
 
 @pytest.mark.fast
-def test_the_home_page_offers_each_route_with_its_pages_times_and_their_sum():
-    text = (DOCS / HOME).read_text()
-    shown = {m["name"]: m for m in ROUTE.finditer(text)}
+def test_the_home_page_offers_each_route_with_its_pages_times_by_the_rule_and_their_sum():
+    assert ROUTES_MARKER in (DOCS / HOME).read_text(), "the home page has no place for the routes"
+    times = command_times()
+    shown = {m["name"]: m for m in ROUTE.finditer(route_list(CONFIG, times))}
     assert list(shown) == [r.name for r in ROUTES]
     for route in ROUTES:
         steps = STEP.findall(shown[route.name]["body"])
-        assert [page for page, _ in steps] == list(route.pages), f"{route.name}: the home page's list is not the route"
-        wrong = {page: (int(m), page_minutes(page)) for page, m in steps if int(m) != page_minutes(page)}
-        assert not wrong, f"{route.name}: shown vs computed minutes: {wrong}"
-        total = sum(page_minutes(p) for p in route.pages)
-        assert shown[route.name]["total"] in said_total(total), f"{route.name}: its pages add up to {total} minutes"
+        assert [page for page, _ in steps] == list(route.pages), f"{route.name}: the list is not the route"
+        minutes = {page: reading_time.page_minutes(page, times) for page in route.pages}
+        assert [int(m) for _, m in steps] == list(minutes.values())
+        total = sum(minutes.values())
+        assert shown[route.name]["total"] == reading_time.said(total)
+        assert total <= BUDGET_MINUTES[route.name], f"{route.name}: {total} minutes by the rule: {minutes}"
+
+
+@pytest.mark.fast
+def test_every_command_a_route_counts_has_its_measured_run_time():
+    """A command with no saved time would count as instant: run `python -m tools.command_times`."""
+    times = command_times()
+    missing = [
+        command_key(page, command)
+        for route in ROUTES
+        for page in route.pages
+        for command in page_parts(page)["commands"]
+        if command_key(page, command) not in times and not command.startswith(("CUDA_VISIBLE_DEVICES=0", "sbatch"))
+    ]
+    assert not missing, f"no measured run time, run python -m tools.command_times: {missing}"
+
+
+@pytest.mark.fast
+def test_the_reading_rule_counts_prose_code_exercises_quizzes_and_commands(tmp_path, monkeypatch):
+    page = tmp_path / "page.md"
+    prose = " ".join(["word"] * 394)  # with the headings' 6 words, 2 minutes
+    quiz = "<quiz>\nWhy?\n- [x] yes\n> Right.\n</quiz>\n"
+    page.write_text(
+        f"# A page\n\n{prose}\n\n```python\n"
+        + "x = 1\n" * 20  # 1 minute
+        + "```\n\n### Exercise 1: try it\n\n"  # 5 minutes
+        + "```bash\ndistdocs doctor\n```\n\n"  # 1 minute, and its 120 s run: 2 more
+        + '??? note "How this was measured"\n\n    ' + " ".join(["folded"] * 2000) + "\n\n"  # not counted
+        + quiz * 2  # 2 minutes
+    )
+    monkeypatch.setattr(reading_time, "DOCS", tmp_path)
+    parts = page_parts("page.md")
+    assert (parts["words"], parts["code_lines"], parts["exercises"], parts["quiz_questions"]) == (400, 20, 1, 2)
+    assert parts["commands"] == ["distdocs doctor"]
+    assert reading_time.page_minutes("page.md", {command_key("page.md", "distdocs doctor"): 120}) == 13
 
 
 @pytest.mark.fast
 def test_the_home_page_is_at_most_500_words_of_prose():
     """Everything outside code fences and HTML comments, the route lists included."""
-    assert words(DOCS / HOME) <= 500
+    text = (DOCS / HOME).read_text().replace(ROUTES_MARKER, route_list(CONFIG, {}))
+    assert len(re.findall(r"[A-Za-z0-9]+", re.sub(r"<!--.*?-->|\]\([^)]*\)", " ", text, flags=re.S))) <= 500
 
 
 def footer_link(html: str, direction: str) -> str | None:

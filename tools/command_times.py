@@ -1,0 +1,56 @@
+"""Time every command the routes show, as a reader runs it, for the route times' rule
+(hooks/reading_time.py): benchmarks/command-times.json.
+
+    python -m tools.command_times     # about 5 minutes on 2 cores; listed in benchmarks/saved-data.yml
+
+Each command runs once, as the doc tests run it (docexec.commands: copied out, with a hard timeout),
+one at a time, with the GPUs hidden; a notebook runs whole, with plain python. Commands that two
+machines or a SLURM cluster run are left out: the tests set their scene, and each runs in seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+import yaml
+
+from distdocs.bench.harness import machine_info
+from docexec.commands import CommandRuns
+from docexec.fences import REPO, classify
+
+sys.path.insert(0, str(REPO / "hooks"))
+from reading_time import COMMAND_TIMES, DOCS, NOTEBOOK, command_key, page_parts  # noqa: E402
+
+
+def route_pages() -> list[str]:
+    config = yaml.load((REPO / "mkdocs.yml").read_text(), Loader=yaml.BaseLoader)
+    return list(dict.fromkeys(p for route in config["extra"]["routes"] for p in route["pages"]))
+
+
+def commands(page: str) -> list[tuple[str, str, int | None]]:
+    """(key, command, busy port) for each command the rule counts on `page`, as the CPU runs it."""
+    if page.endswith(".py"):
+        return [(command_key(page, NOTEBOOK), f"python docs/{page}", None)]
+    counted, found = page_parts(page)["commands"], []  # what the rule counts: the commands shown open
+    for fence in classify(DOCS / page):
+        if fence.kind == "command" and fence.command in counted and not (fence.tab or "").startswith("GPU"):
+            port = int(fence.attrs["busy_port"]) if "busy_port" in fence.attrs else None
+            found.append((command_key(page, fence.body.strip()), fence.command, port))
+    return found
+
+
+def main() -> None:
+    runs, seconds = CommandRuns(), {}
+    for page in route_pages():
+        for key, command, port in commands(page):
+            start = time.perf_counter()
+            result = runs.run(command, busy_port=port)
+            seconds[key] = round(time.perf_counter() - start, 1)
+            print(f"{seconds[key]:7.1f} s  exit {result.returncode}  {key}", flush=True)
+    COMMAND_TIMES.write_text(json.dumps({"machine": machine_info(), "seconds": seconds}, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
