@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 # Material prints a banner about its successor on every build; it is noise in test logs.
 export NO_MKDOCS_2_WARNING := 1
 
-.PHONY: soak exit-soak preempt-soak serve test test-page test-fast test-torch lint build pdf audit bench check-upstream gpu-check lock chromium slurm slurm-check clean
+.PHONY: sync-examples soak exit-soak preempt-soak serve test test-page test-fast test-torch lint build pdf audit bench check-upstream gpu-check lock chromium slurm slurm-check clean
 
 # The lock pins every package, torch==2.13.0 (a CPU build) among them: an unpinned torch would pull
 # a CUDA build of several GB. The stamp makes the install run again when the lock changes.
@@ -56,6 +56,12 @@ test-page: $(STAMP)
 # a minute. `make test` stays the one gate.
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -m fast $(PYTEST_ARGS)
+
+# What the examples repeat by design (the setup section, the timeout comment, log, now, usage_error,
+# release_dtensor_caches) has one source, tools/example_blocks.py: stamp it into every copy. Only those
+# blocks change; a fast test fails on a copy that differs. `python -m tools.sync_examples --check` only looks.
+sync-examples: $(STAMP)
+	$(BIN)/python -m tools.sync_examples
 
 # ruff, configured in pyproject.toml: lint, then check that the code is formatted (`ruff format` fixes it).
 lint: $(STAMP)
