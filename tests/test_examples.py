@@ -1,7 +1,8 @@
 """Every script in examples/ runs the way a reader runs a copy of it: the torchrun command in its
 docstring, from a folder that holds only that file, with torch and without distdocs (but for the one
 piece its page builds). It must exit 0, leave nothing running, and reach the end of its self-check.
-And every example shows the same process-group setup, which the first lesson page explains."""
+And every example shows the same process-group setup, which the first lesson page explains: it and the
+other blocks the examples repeat by design are stamped from one source, tools/example_blocks.py."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import pytest
 from docexec.commands import ALLOWED_IN_EXAMPLES
 from docexec.fences import REPO, all_examples, example_command
 from docexec.rule import Expected
+from tools.sync_examples import SOURCE, differing_blocks
 
 EXAMPLE_SCRIPTS = all_examples()
 IDS = [str(p.relative_to(REPO)) for p in EXAMPLE_SCRIPTS]
@@ -23,14 +25,7 @@ ONE_PROCESS = {p for p in EXAMPLE_SCRIPTS if example_command(p).startswith("pyth
 DISTRIBUTED = [p for p in EXAMPLE_SCRIPTS if p not in ONE_PROCESS]
 DISTRIBUTED_IDS = [str(p.relative_to(REPO)) for p in DISTRIBUTED]
 FIRST = REPO / "examples/data_parallel/step01_manual_allreduce.py"  # the lesson page that explains the setup
-SETUP_START, SETUP_END = "# --8<-- [start:setup]", "# --8<-- [end:setup]"
-
-
-def setup_section(path) -> str | None:
-    text = path.read_text()
-    if SETUP_START not in text:
-        return None
-    return text[text.index(SETUP_START) : text.index(SETUP_END)]
+SETUP_START = "# --8<-- [start:setup]"
 
 
 @pytest.mark.fast
@@ -51,15 +46,22 @@ def test_example_passes_its_self_check(script, command_runs, record_property):
 
 @pytest.mark.fast
 @pytest.mark.parametrize("script", DISTRIBUTED, ids=DISTRIBUTED_IDS)
-def test_example_shows_the_same_setup_as_the_first_lesson(script):
-    section = setup_section(script)
-    if section is None:  # a framework that starts the group itself must still show that call
-        text = script.read_text()
+def test_example_shows_the_setup_section(script):
+    text = script.read_text()
+    if SETUP_START not in text:  # a framework that starts the group itself must still show that call
         assert "deepspeed.init_distributed(" in text or "torchft" in text and "Manager(" in text, (
             f"{script.name} has no setup section"
         )
-        return
-    assert section == setup_section(FIRST), f"{script.name}: its setup section differs from {FIRST.name}'s"
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("script", EXAMPLE_SCRIPTS, ids=IDS)
+def test_example_blocks_match_their_one_source(script):
+    """The setup section, the timeout comment and the helpers the examples repeat by design are
+    written once, in tools/example_blocks.py, and stamped into every copy by `make sync-examples`."""
+    where = script.relative_to(REPO)
+    drifted = [f"{where}: block {name} differs from {SOURCE.relative_to(REPO)}" for name in differing_blocks(script)]
+    assert not drifted, "\n".join(drifted) + "\nrun make sync-examples"
 
 
 @pytest.mark.fast
@@ -128,15 +130,14 @@ def test_wrong_world_size_gets_one_line_naming_the_right_command_however_late_ra
 
 @pytest.mark.fast
 def test_every_example_that_refuses_bad_settings_does_it_with_the_same_usage_error():
-    """The function is in plain sight in each file that refuses, identical, as the setup is."""
+    """The function is in plain sight in each file that refuses, stamped from one source, as the setup is."""
     bodies = {}
     for script in EXAMPLE_SCRIPTS:
         source = script.read_text()
         for node in ast.parse(source).body:
             if isinstance(node, ast.FunctionDef) and node.name == "usage_error":
                 bodies[script.name] = ast.get_source_segment(source, node)
-    assert len(bodies) >= 16, sorted(bodies)
-    assert len(set(bodies.values())) == 1, {name: body.splitlines()[-1] for name, body in bodies.items()}
+    assert len(bodies) >= 16, sorted(bodies)  # identical: test_example_blocks_match_their_one_source
     refusing = [p.name for p in EXAMPLE_SCRIPTS if "sys.exit(2)" in p.read_text()]
     assert set(refusing) == set(bodies), f"examples that exit 2 without usage_error: {set(refusing) - set(bodies)}"
 

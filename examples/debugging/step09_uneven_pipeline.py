@@ -37,7 +37,8 @@ def log(*args) -> None:
 
 
 def now(device: torch.device) -> float:
-    """The clock, once `device` has done the work queued on it (CUDA runs asynchronously)."""
+    """The clock, once `device` has done the work queued on it: CUDA runs asynchronously, and a clock read
+    right after a GPU step would time the queueing, not the work."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     return time.perf_counter()

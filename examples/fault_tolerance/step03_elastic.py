@@ -209,9 +209,11 @@ def run(args: argparse.Namespace, device: torch.device) -> None:
 
 
 def release_dtensor_caches() -> None:
-    """torch 2.13's DTensor keeps every DeviceMesh it has used in caches, and a mesh holds its groups;
-    on gloo a group that is still held races the interpreter's exit (see the DCP example). nccl needs
-    none of this. These caches are torch internals: each is cleared only where this torch has it."""
+    """Let destroy_process_group free the process group on gloo. torch 2.13's DTensor keeps every
+    DeviceMesh it has used in caches, and a mesh holds its groups; gloo cannot stop the threads of a
+    group that is still held, and they race the interpreter's exit, which can abort it (the known torch
+    issue on the data-parallelism page). nccl stops its threads at destroy and needs none of this.
+    These caches are torch internals: each is cleared only where this torch has it."""
     if dist.get_backend() != "gloo":
         return
     from torch.distributed.tensor import _collective_utils, _redistribute, debug
