@@ -84,6 +84,10 @@ def test_slurm_recipe_parses_and_launches_the_example():
     text = script.read_text()
     assert "#SBATCH --requeue" in text and "--rdzv_backend=c10d" in text
     assert SCRIPT in text and (REPO / SCRIPT).is_file()
+    # SLURM >= 22.05: srun does not inherit sbatch's --cpus-per-task; the step that starts torchrun
+    # asks for it again, or it gets one CPU
+    launch = next(line for line in text.splitlines() if line.startswith("srun ") and "torchrun" in line)
+    assert "#SBATCH --cpus-per-task=" in text and '--cpus-per-task="$SLURM_CPUS_PER_TASK"' in launch
 
 
 SCHEMA = REPO / "tests/schemas/kubeflow-pytorchjob-v1.9.0.json"  # "source" in it says where it comes from

@@ -48,8 +48,10 @@ export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1
 trap 'echo "USR1 reached the batch shell: requeueing job $SLURM_JOB_ID"; scontrol requeue "$SLURM_JOB_ID"' USR1
 
 # --kill-on-bad-exit: a node whose torchrun fails stops the others' too, rather than leaving them to
-# wait at the rendezvous.
-srun --kill-on-bad-exit=1 torchrun \
+# wait at the rendezvous. --cpus-per-task again: since SLURM 22.05 srun does not inherit it from
+# sbatch (see sbatch's man page), so the step would get one CPU, and on a cluster that confines steps
+# to their CPUs, torchrun, its ranks and their DataLoader workers would all share it.
+srun --kill-on-bad-exit=1 ${SLURM_CPUS_PER_TASK:+--cpus-per-task="$SLURM_CPUS_PER_TASK"} torchrun \
     --nnodes="$SLURM_NNODES" \
     --nproc_per_node="$NPROC_PER_NODE" \
     --rdzv_backend=c10d \
