@@ -115,3 +115,22 @@ def test_the_saved_run_shows_full_recomputation_costing_more_than_its_flops_and_
     core, forward = 4 * s * s * h * b, 24 * s * h * h * b + 4 * s * s * h * b
     assert ratio["none"] == 1.0
     assert 1 + core / (3 * forward) < ratio["selective"] < 1 + 1 / 3 < ratio["full"]
+
+
+@pytest.mark.fast
+def test_reentrant_checkpoint_on_raw_data_leaves_no_gradient_with_the_warning_the_page_quotes():
+    """The pitfall: use_reentrant=True on a part whose inputs need no grad gives its parameters no
+    gradient, and torch only warns. The page quotes that warning; torch's text is held to it."""
+    import warnings
+
+    import torch
+    from torch.utils.checkpoint import checkpoint
+
+    layer = torch.nn.Linear(4, 4)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = checkpoint(layer, torch.randn(2, 4), use_reentrant=True)
+    assert not out.requires_grad and layer.weight.grad is None
+    (message,) = {str(w.message) for w in caught}
+    page = " ".join((REPO / "docs/deep-dives/activation-recomputation.md").read_text().split())
+    assert f'"{message}"' in page, message
