@@ -1,4 +1,4 @@
-"""docs/multi-gpu/debugging.md: each broken example fails the way the page says, within its bound,
+"""docs/multi-gpu/debugging.md and docs/deep-dives/debugging-in-depth.md: each broken example fails the way the page says, within its bound,
 and the diagnostic the page shows names the cause. The page's own commands and excerpts are run by
 test_docs.py; this file checks what they cannot: timings, a stack dump of a live hung rank, the
 failures without the diagnostic, and the torch behaviour the page warns about."""
@@ -102,7 +102,7 @@ def test_the_fixes_pass_their_self_checks(command_runs, fixed):
     if fixed == "--fixed":
         command = f"torchrun --standalone --nproc_per_node=2 {STUCK} --fixed"
     else:  # the page's command
-        command = page_command("docs/multi-gpu/debugging.md", "step03_straggler.py --balanced")
+        command = page_command("docs/deep-dives/debugging-in-depth.md", "step03_straggler.py --balanced")
     result = command_runs.run_ok(command)
     assert result.stdout.splitlines()[-1] == "self-check passed", result.describe()
 

@@ -12,7 +12,7 @@ import urllib.parse
 import pytest
 import yaml
 
-from docexec.fences import DOCS, REPO, classify, parse_fences
+from docexec.fences import DOCS, REPO, parse_fences
 
 sys.path.insert(0, str(REPO / "hooks"))
 import reading_time  # noqa: E402
@@ -24,6 +24,8 @@ ROUTES = routes(CONFIG)
 SECTIONS = ["Start here", "Make it multi-GPU", "The lesson", "Deep dives", "Operations", "Lab", "Reference", "Appendix"]
 OFF_ROUTE_SECTIONS = {"Deep dives", "Operations", "Reference", "Appendix"}  # what lies on no route
 HOME = "index.md"
+
+
 def nav_sections() -> dict[str, list[str]]:
     """Each top-level section of the navigation and the page files in it."""
 
@@ -112,7 +114,9 @@ def test_the_reading_rule_counts_prose_code_exercises_quizzes_and_commands(tmp_p
         + "x = 1\n" * 20  # 1 minute
         + "```\n\n### Exercise 1: try it\n\n"  # 5 minutes
         + "```bash\ndistdocs doctor\n```\n\n"  # 1 minute, and its 120 s run: 2 more
-        + '??? note "How this was measured"\n\n    ' + " ".join(["folded"] * 2000) + "\n\n"  # not counted
+        + '??? note "How this was measured"\n\n    '
+        + " ".join(["folded"] * 2000)
+        + "\n\n"  # not counted
         + quiz * 2  # 2 minutes
     )
     monkeypatch.setattr(reading_time, "DOCS", tmp_path)

@@ -1,7 +1,7 @@
 """Time every command the routes show, as a reader runs it, for the route times' rule
 (hooks/reading_time.py): benchmarks/command-times.json.
 
-    python -m tools.command_times     # about 5 minutes on 2 cores; listed in benchmarks/saved-data.yml
+    python -m tools.command_times benchmarks/command-times.json   # minutes; listed in saved-data.yml
 
 Each command runs once, as the doc tests run it (docexec.commands: copied out, with a hard timeout),
 one at a time, with the GPUs hidden; a notebook runs whole, with plain python. Commands that two
@@ -13,10 +13,12 @@ from __future__ import annotations
 import json
 import sys
 import time
+from pathlib import Path
 
 import yaml
 
 from distdocs.bench.harness import machine_info
+
 from docexec.commands import CommandRuns
 from docexec.fences import REPO, classify
 
@@ -49,7 +51,8 @@ def main() -> None:
             result = runs.run(command, busy_port=port)
             seconds[key] = round(time.perf_counter() - start, 1)
             print(f"{seconds[key]:7.1f} s  exit {result.returncode}  {key}", flush=True)
-    COMMAND_TIMES.write_text(json.dumps({"machine": machine_info(), "seconds": seconds}, indent=1) + "\n")
+    saved = Path(sys.argv[1] if len(sys.argv) > 1 else COMMAND_TIMES)
+    saved.write_text(json.dumps({"machine": machine_info(), "seconds": seconds}, indent=1) + "\n")
 
 
 if __name__ == "__main__":
