@@ -98,3 +98,43 @@ def test_the_figures_are_compared_with_the_locked_matplotlib():
     assert matplotlib.__version__ == locked, (
         f"matplotlib {matplotlib.__version__} is installed, the lock pins {locked}: install requirements.lock"
     )
+
+
+def alt_numbers(page: str, svg: str) -> list[int]:
+    """The numbers in the alt text of the image `svg` on `page` (docs/...md), commas removed; those inside
+    a word (fp32, 16-bit) aside."""
+    alt = re.search(rf"!\[([^\]]*)\]\(\.\./assets/{re.escape(svg)}\)", (REPO / page).read_text())
+    assert alt, f"{page} does not show {svg}"
+    return [int(n.replace(",", "")) for n in re.findall(r"(?<![\w-])\d[\d,]*(?![\w-])", alt[1])]
+
+
+def test_the_layouts_chart_is_drawn_from_the_memory_calculator_and_its_alt_text_agrees():
+    from distdocs import memory
+
+    assert (REPO / "docs/assets/precision-layouts.svg").read_text() == figures.precision_layouts()
+    expected = []
+    for layout in figures.PAGE_LAYOUTS:  # each layout's nonzero parts in the chart's order, then the total
+        states = memory.bytes_per_parameter(layout, "adam")
+        expected += [b for b in states.parts().values() if b] + [states.total]
+    found = alt_numbers("docs/lesson/choosing-a-strategy.md", "precision-layouts.svg")
+    assert found == expected, "the alt text's bytes differ from the calculator's"
+    assert [memory.bytes_per_parameter(layout).total for layout in figures.PAGE_LAYOUTS] == [16, 16, 18, 20]
+
+
+def test_the_sharded_chart_draws_the_pages_checked_outputs_and_its_alt_text_agrees():
+    """The chart is drawn from the sharded page's output blocks, which test_docs.py compares with the
+    example's runs at 2 and 4 ranks, so a changed example fails there or here, not silently."""
+    page = (REPO / "docs/lesson/sharded-data-parallelism.md").read_text()
+    svg = (REPO / "docs/assets/sharded-bytes.svg").read_text()
+    assert svg == figures.sharded_bytes(page)
+    rows = re.findall(r"^\s*(DDP|FSDP), rank (\d+)\s+(\d+)\s+(\d+)\s+(\d+)$", page, re.M)
+    ddp = {tuple(map(int, r[2:])) for r in rows if r[0] == "DDP"}
+    assert len(ddp) == 1
+    (ddp,) = ddp
+    expected = [*ddp, sum(ddp)]
+    for n in (2, 4):
+        fsdp = [d // n for d in ddp]
+        assert {tuple(map(int, r[2:])) for r in rows if r[0] == "FSDP" and int(r[1]) == n - 1} >= {tuple(fsdp)}
+        expected += [n, *fsdp, sum(fsdp)]
+    assert alt_numbers("docs/lesson/sharded-data-parallelism.md", "sharded-bytes.svg") == expected
+    assert "1/2" in svg and "1/4" in svg

@@ -353,6 +353,95 @@ def pipeline_schedules_summary(data: dict) -> str:
     return to_svg(fig)
 
 
+def stacked_bytes(
+    rows: dict[str, dict[str, int]], colours: dict[str, str], xlabel: str, total: dict[str, str], unit: int = 1
+) -> str:
+    """One horizontal bar per row, stacked from its named parts (drawn in `unit`s of bytes), each part
+    labelled with its value where it fits and the row's `total` text at the end of the bar."""
+    plt = pyplot()
+    legend_rows = -(-len(colours) // 3)
+    height = 0.7 + 0.55 * len(rows) + 0.2 * legend_rows
+    fig, ax = plt.subplots(figsize=(7.2, height))
+    longest = max(sum(parts.values()) for parts in rows.values()) / unit
+    for row, (name, parts) in enumerate(rows.items()):
+        left = 0
+        for part, value in parts.items():
+            if value:
+                ax.barh(row, value / unit, left=left, color=colours[part], edgecolor="white", label=part)
+                if value / unit >= longest / 16:
+                    ax.text(left + value / unit / 2, row, f"{value / unit:,.0f}", ha="center", va="center",
+                            fontsize=7, color="white")  # fmt: skip
+            left += value / unit
+        ax.text(left + longest / 80, row, total[name], va="center", fontsize=8, fontweight="bold")
+    ax.set_yticks(range(len(rows)), list(rows), fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlim(0, longest * 1.35)
+    ax.set_xlabel(xlabel, fontsize=8)
+    ax.tick_params(axis="x", labelsize=7)
+    for side in ("top", "right"):
+        ax.spines[side].set_visible(False)
+    handles = dict(zip(*reversed(ax.get_legend_handles_labels())))
+    shown = [part for part in colours if part in handles]
+    fig.tight_layout(rect=(0, 0.22 * legend_rows / height, 1, 1))
+    fig.legend([handles[p] for p in shown], shown, loc="lower center", ncol=3, fontsize=7, frameon=False)
+    return to_svg(fig)
+
+
+# The choosing page's precision layouts, in its order and words: distdocs.memory.LAYOUTS names.
+PAGE_LAYOUTS = {
+    "autocast": "fp32, or torch.autocast",
+    "bf16-master": "16-bit weights and gradients,\nfp32 master: the ZeRO paper",
+    "bf16-fp32-grads": "bf16 weights, fp32 gradients\nand master: Megatron-LM",
+    "bf16-master-fp32-grads": "16-bit weights and gradients,\nfp32 gradients and master:\nDeepSpeed's estimators",
+}
+# distdocs.memory's parts, as the page names them.
+STATE_NAMES = {
+    "weights": "weights",
+    "gradients": "gradients, in the weights' type",
+    "fp32 gradients": "fp32 gradients",
+    "master weights": "fp32 master weights",
+    "optimizer": "Adam's m and v",
+}
+STATE_COLOURS = dict(zip(STATE_NAMES.values(), ("#4c72b0", "#dd8452", "#c44e52", "#55a868", "#8172b3")))
+
+
+def precision_layouts() -> str:
+    """Bytes of model state per parameter, with Adam, in each of the choosing page's precision layouts,
+    split into their parts, from `distdocs.memory.bytes_per_parameter`."""
+    from distdocs import memory
+
+    rows, total = {}, {}
+    for layout, name in PAGE_LAYOUTS.items():
+        states = memory.bytes_per_parameter(layout, "adam").parts()
+        parts = {STATE_NAMES[part]: value for part, value in states.items()}
+        rows[name], total[name] = parts, f"{sum(parts.values())} bytes"
+    return stacked_bytes(rows, STATE_COLOURS, "bytes per parameter, with Adam", total)
+
+
+SHARD_COLOURS = {"parameters": "#4c72b0", "gradients": "#dd8452", "Adam state": "#8172b3"}
+
+
+def sharded_bytes(page: str) -> str:
+    """The bytes each rank holds under DDP and under FSDP, from the runs' output blocks on the sharded
+    page (a Markdown page's text): one row for DDP, one for FSDP at each world size the page ran."""
+    runs = {}
+    for block in re.findall(r'```text title="Output"\n(.*?)```', page, re.S):
+        rows = re.findall(r"^\s*(DDP|FSDP), rank (\d+)\s+(\d+)\s+(\d+)\s+(\d+)$", block, re.M)
+        if rows:
+            runs[1 + max(int(r[1]) for r in rows)] = {(kind, int(rank)): list(map(int, b)) for kind, rank, *b in rows}
+    if not runs:
+        raise ValueError("the page shows no output of the sharded example")
+    ddp = next(iter(runs.values()))[("DDP", 0)]
+    rows, total = {"DDP, every rank": dict(zip(SHARD_COLOURS, ddp))}, {"DDP, every rank": f"{sum(ddp):,} bytes"}
+    for n, held in sorted(runs.items()):
+        fsdp = held[("FSDP", 0)]
+        if any(held[("FSDP", r)] != fsdp or held[("DDP", r)] != ddp for r in range(n)):
+            raise ValueError(f"the ranks of the run at {n} hold different bytes: one row cannot show them")
+        name = f"FSDP, each of {n} ranks"
+        rows[name], total[name] = dict(zip(SHARD_COLOURS, fsdp)), f"{sum(fsdp):,} bytes: 1/{n}"
+    return stacked_bytes(rows, SHARD_COLOURS, "kB each rank holds between steps (1 kB = 1,000 bytes)", total, 1000)
+
+
 # name: (draw from the input file's text, what the input is)
 FIGURES = {
     "loss-curves": (lambda text: loss_curves(json.loads(text)), "DATA.json"),
@@ -361,6 +450,8 @@ FIGURES = {
     "sim-commands": (sim_commands, "PAGE.md"),
     "pipeline-schedules": (lambda text: pipeline_schedules(json.loads(text)), "DATA.json"),
     "pipeline-schedules-summary": (lambda text: pipeline_schedules_summary(json.loads(text)), "DATA.json"),
+    "sharded-bytes": (sharded_bytes, "PAGE.md"),
+    "precision-layouts": (lambda text: precision_layouts(), "src/distdocs/memory.py"),
 }
 
 
