@@ -9,7 +9,8 @@ The testing appendix states it for readers; this module is it:
 - **an exercise**, 5 minutes to work it; **a quiz question**, 1 minute;
 - **a command**, a minute to start it and read what it prints, plus its run time: measured, in
   `benchmarks/command-times.json` (`python -m tools.command_times`), since a command that trains for
-  a minute takes a minute whoever reads it. A notebook's code cells run as one command.
+  a minute takes a minute whoever reads it. A notebook's code cells run as one command. Commands
+  that two machines or a cluster run count the minute alone; of a CPU and a GPU tab, the CPU's.
 
 What a page folds away (`??? note "How this was measured"`, the whole file behind a partial include,
 an exercise's solution) is there for the reader who opens it; a route does not count it. A page's
@@ -84,13 +85,16 @@ def _markdown_parts(path: Path) -> dict[str, float]:
     raw = path.read_text()
     opened = _open_text(raw)
     fences = {f.line: f for f in classify(path)}
-    code_lines, commands = 0, []
+    code_lines, commands, timed = 0, [], []
     for fence in parse_fences(path):
-        if fence.body not in opened:  # folded away
-            continue
-        kind = fences[fence.line].kind if fence.line in fences else ""
+        classified = fences.get(fence.line)
+        if fence.body not in opened or (classified and (classified.tab or "").startswith("GPU")):
+            continue  # folded away, or the GPU tab beside the CPU one that is counted
+        kind = classified.kind if classified else ""
         if kind in ("command", "node command", "slurm command"):
             commands.append(fence.body.strip())
+            if kind == "command":  # machines or a cluster run the others, in a scene a test sets
+                timed.append(fence.body.strip())
         elif kind == "include":
             code_lines += sum(included_lines(t) for t in fence.includes)
         elif kind not in ("output", "excerpt", "node excerpt", "slurm excerpt"):
@@ -101,6 +105,7 @@ def _markdown_parts(path: Path) -> dict[str, float]:
         "exercises": len(EXERCISE.findall(raw)),
         "quiz_questions": raw.count("<quiz>"),
         "commands": commands,
+        "timed_commands": timed,
     }
 
 
@@ -115,6 +120,7 @@ def _notebook_parts(path: Path) -> dict[str, float]:
         "exercises": len(EXERCISE.findall(re.sub(r"^# ", "", text, flags=re.M))),
         "quiz_questions": text.count("<quiz>"),
         "commands": [NOTEBOOK],
+        "timed_commands": [NOTEBOOK],
     }
 
 

@@ -1,4 +1,6 @@
-"""distdocs.memory and `distdocs memory`: the ZeRO paper's accounting, and bad input."""
+"""distdocs.memory and `distdocs memory`, as docs/lesson/choosing-a-strategy.md uses them: the ZeRO
+paper's accounting, held to three outside counts (the paper's Figure 1, Megatron-LM's distributed
+optimizer guide, DeepSpeed's own estimators) and to what FSDP2 keeps on each rank; and bad input."""
 
 from __future__ import annotations
 

@@ -98,8 +98,8 @@ def test_every_command_a_route_counts_has_its_measured_run_time():
         command_key(page, command)
         for route in ROUTES
         for page in route.pages
-        for command in page_parts(page)["commands"]
-        if command_key(page, command) not in times and not command.startswith(("CUDA_VISIBLE_DEVICES=0", "sbatch"))
+        for command in page_parts(page)["timed_commands"]
+        if command_key(page, command) not in times
     ]
     assert not missing, f"no measured run time, run python -m tools.command_times: {missing}"
 
@@ -189,3 +189,27 @@ def test_every_abbreviation_on_a_route_has_hover_text():
                 if abbreviation not in hovers | KNOWN | NAMES:
                     missing.setdefault(abbreviation, page)
     assert not missing, f"abbreviations on a route without hover text (first seen on): {missing}"
+
+
+@pytest.mark.fast
+def test_no_route_page_carries_the_sites_own_machinery():
+    """How a page is checked is the testing appendix's table (hooks/checks_table.py), and the GPU
+    status is Set up's; a page on a route teaches."""
+    for route in ROUTES:
+        for page in route.pages:
+            text = (DOCS / page).read_text()
+            assert '"How this is checked"' not in text, f"{page}: a checking note; the testing appendix's table has it"
+            assert "No GPU run has produced" not in text, f"{page}: the GPU status is said once, on Set up"
+
+
+@pytest.mark.fast
+def test_the_testing_appendix_lists_every_page_with_the_tests_that_name_it():
+    sys.path.insert(0, str(REPO / "hooks"))
+    from checks_table import CHECKS_MARKER, checks_by_page, checks_table
+
+    assert CHECKS_MARKER in (DOCS / "appendix/testing.md").read_text()
+    found = checks_by_page(CONFIG["nav"])
+    assert found["multi-gpu/launch-on-several-nodes.md"] == ["test_multi_node.py", "test_slurm.py"]
+    assert "test_memory.py" in found["lesson/choosing-a-strategy.md"]
+    table = checks_table(CONFIG["nav"])
+    assert all(f"](../{page})" in table for page in found if page != HOME)

@@ -35,9 +35,9 @@ def commands(page: str) -> list[tuple[str, str, int | None]]:
     """(key, command, busy port) for each command the rule counts on `page`, as the CPU runs it."""
     if page.endswith(".py"):
         return [(command_key(page, NOTEBOOK), f"python docs/{page}", None)]
-    counted, found = page_parts(page)["commands"], []  # what the rule counts: the commands shown open
+    counted, found = page_parts(page)["timed_commands"], []  # what the rule times: the CPU's, shown open
     for fence in classify(DOCS / page):
-        if fence.kind == "command" and fence.command in counted and not (fence.tab or "").startswith("GPU"):
+        if fence.kind == "command" and fence.command in counted:
             port = int(fence.attrs["busy_port"]) if "busy_port" in fence.attrs else None
             found.append((command_key(page, fence.body.strip()), fence.command, port))
     return found
