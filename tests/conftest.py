@@ -171,29 +171,8 @@ def pytest_runtest_makereport(item, call):
     return report
 
 
-def scale_model_run(shared: Path | None) -> Path | None:
-    """The overview's `distdocs bench emulated`, run once for the session (as test_docs and
-    test_scale_model run it: one shared run), its records saved as JSON for the lab notebook on the
-    site, which shows the same command's run (DISTDOCS_SCALE_MODEL_RUN). None without pytest-xdist's
-    shared folder, or where the run failed."""
-    from docexec.fences import page_command
-
-    if shared is None:
-        return None
-    saved = shared / "scale-model-run.json"
-    with file_lock(shared / "scale-model-run.lock"):
-        if not saved.exists():
-            result = CommandRuns(shared).run(page_command("docs/start/overview.md", "bench emulated"))
-            if result.returncode != 0 or len(result.records) != 1:
-                return None  # test_scale_model reports why
-            saved.write_text(json.dumps(result.records[0]))
-    return saved
-
-
-def build_site(out: Path, shared: Path | None = None) -> None:
+def build_site(out: Path) -> None:
     env = command_env(gpu=False) | {"NO_MKDOCS_2_WARNING": "1"}  # Material's banner about its successor
-    if run := scale_model_run(shared):
-        env["DISTDOCS_SCALE_MODEL_RUN"] = str(run)
     result = run_command(f"mkdocs build --strict --site-dir {out}", timeout_s=180, cwd=REPO, env=env)
     assert result.returncode == 0, result.describe()
     warnings = [ln for ln in result.stderr.splitlines() if ln.startswith("WARNING")]
@@ -226,7 +205,7 @@ def _build_shared_site(shared: Path) -> Path:
     out, done = _publish_folder() or shared / "site", shared / "site.built"
     with file_lock(shared / "site.lock"):
         if not done.exists():
-            build_site(out, shared)
+            build_site(out)
             done.touch()
     return out
 
