@@ -48,6 +48,9 @@ def test_ddp_under_detail_still_crashes_on_gloo(command_runs):
     result = command_runs.run(command)
     assert not result.timed_out and not result.leftovers, result.describe()
     assert "DDP built" not in result.stdout and "SIGSEGV" in result.stderr, result.describe()
+    # the page: INFO does not crash it
+    result = command_runs.run(command.replace("=DETAIL", "=INFO"))
+    assert result.returncode == 0 and result.stdout.count("DDP built") == 2, result.describe()
 
 
 @pytest.mark.processes
