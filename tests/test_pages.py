@@ -255,6 +255,7 @@ def test_set_ups_installs_name_extras_that_bring_what_their_routes_import():
     brought_by = {"IPython": "jupyterlab"}  # the lab shows its figure through IPython only inside Jupyter
     for source, extra in [
         ("docs/lab/simulate-data-parallel-sync.py", "lab"),
+        ("src/distdocs/figures.py", "lab"),  # which draws the lab's chart
         ("examples/launchers/step02_deepspeed_zero.py", "deepspeed"),
     ]:
         tree = ast.parse((REPO / source).read_text())

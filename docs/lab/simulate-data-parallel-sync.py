@@ -19,7 +19,7 @@
 # measurement next to the prediction.
 #
 # The notebook runs in well under a minute on 2 CPU cores, with `pip install -e ".[lab]"` from the
-# repository (it imports `distdocs` and matplotlib; the extra adds JupyterLab to open it). Download
+# repository (it imports `distdocs`, which draws with matplotlib; the extra adds JupyterLab). Download
 # it with the button at the top of the page, or run it as a script:
 # `python docs/lab/simulate-data-parallel-sync.py`.
 
@@ -190,7 +190,7 @@ print("step 2 self-check passed")
 # `distdocs bench emulated` dials the links, fits α and β on them, and times steps at 1, 2, 4 and 8
 # workers, with 1 and with 4 micro-batches per step (and a few points more, which the overview uses).
 # As root on Linux it dials them with the kernel's traffic control between network namespaces;
-# anywhere else each worker paces the messages it sends itself (the first line of the table says
+# anywhere else each worker paces the messages it sends itself (the first line it prints says
 # which). Each point's prediction comes from the cost model, given α, β, the compute, the gradient
 # and DDP's buckets.
 #
@@ -209,7 +209,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from distdocs.bench.emulated import format_table
+from distdocs.bench.emulated import format_table, plot_accumulation
 
 
 def distdocs(*args: str) -> dict:
@@ -226,64 +226,45 @@ records = [
     for r in run["records"]
     if r["case"] == "production" and r["link"] == "100mbit" and r["accumulation"] in (1, 4) and "speedup" in r
 ]
-print(format_table(records, run["machine"]))
-at_8 = next(r for r in records if r["workers"] == 8 and r["accumulation"] == 1)
+# The run's comment lines: where it ran, how the links were dialled, the fit and the run's cost. Its
+# table's rows, every point, are drawn below, and the speedups print here.
+print("\n".join(line for line in format_table(records, run["machine"]).splitlines() if line.startswith("#")))
+workers = sorted({r["workers"] for r in records})
+by = {(r["workers"], r["accumulation"]): r for r in records}
+for k in (1, 4):
+    print(f"{k} micro-batch{'es' if k > 1 else ''} a step, speedup at {', '.join(map(str, workers))} workers:",
+          ", ".join(f"{by[n, k]['speedup']:.2f}x" for n in workers), "measured;",
+          ", ".join(f"{by[n, k]['predicted_speedup']:.2f}x" for n in workers), "the cost model")  # fmt: skip
+at_8 = by[8, 1]
 yours = "-" if my_prediction_at_8 is None else f"{my_prediction_at_8:.2f}x"
 print(f"8 workers, 1 micro-batch: you {yours}, the cost model {at_8['predicted_speedup']:.2f}x, "
       f"measured {at_8['speedup']:.2f}x")  # fmt: skip
 
 # %% [markdown]
-# The same points drawn against the ideal, where n workers train n times the samples:
+# The same points drawn against the ideal, where n workers train n times the samples, by the code
+# that draws the overview's chart from the saved run:
 
 # %%
-import matplotlib.pyplot as plt
-
-fig, ax = plt.subplots(figsize=(6.4, 4.2))
-workers = sorted({r["workers"] for r in records})
-ax.plot(workers, workers, color="0.6", linestyle="--", label="ideal")
-for k, marker in ((1, "o"), (4, "s")):
-    mine = sorted((r for r in records if r["accumulation"] == k), key=lambda r: r["workers"])
-    label = f"{k} micro-batch{'es' if k > 1 else ''} per step"
-    (line,) = ax.plot(workers, [r["predicted_speedup"] for r in mine], "-", label=f"{label}: model")
-    ax.plot(
-        workers,
-        [r["speedup"] for r in mine],
-        marker,
-        color=line.get_color(),
-        markersize=8,
-        fillstyle="none",
-        linestyle="none",
-        label=f"{label}: measured",
-    )
-ax.set(xlabel="workers (emulated accelerators, one per node)", ylabel="speedup in samples/s over 1 worker")
-ax.set_xticks(workers)
-ax.legend(fontsize=8)
-machine = run["machine"]
-ax.set_title(f"scale model at 100 Mbit/s: {machine['cpu']}, {machine['cores']} cores, {machine['date']}", fontsize=8)
-fig.tight_layout()
+svg = plot_accumulation(records, run["machine"])  # matplotlib, as an SVG
 if "ipykernel" in sys.modules:  # in Jupyter (and on the site): show it, with a text alternative
     import base64
-    import io
 
     from IPython.display import HTML, display
 
-    png = io.BytesIO()
-    fig.savefig(png, format="png", dpi=100)
     alt = (
-        "Speedup against 1 to 8 emulated workers: with one micro-batch per step the measured points stay far "
-        "below the dashed ideal line, with four they climb higher; the model's lines pass through the points."
+        "Speedup against 1 to 8 emulated workers, each measured point labelled with its value (the speedups "
+        "printed above): with one micro-batch per step the points stay far below the dashed ideal line, with "
+        "four they climb higher; the model's lines pass near the points."
     )
-    display(HTML(f'<img alt="{alt}" src="data:image/png;base64,{base64.b64encode(png.getvalue()).decode()}">'))
-plt.close(fig)
+    display(HTML(f'<img alt="{alt}" src="data:image/svg+xml;base64,{base64.b64encode(svg.encode()).decode()}">'))
 
 # %% [markdown]
 # With one micro-batch per step the job is sync-bound: the 2 MiB allreduce takes longer than the
 # computation it serves, so 2 workers train fewer samples per second than one, and 8 gain little.
 # Four micro-batches per step give each sync four times the work, and the same 8 workers go several
-# times further. The `compute` column splits one step the way the debugging guide does: the same
-# step under `no_sync()`, whose difference from the whole step is the sync.
+# times further.
 #
-# The model's columns are a prediction, not a fit to these steps: only α and β come from this run,
+# The model's lines are a prediction, not a fit to these steps: only α and β come from this run,
 # from two all_reduces timed before any step. Where it misses, it leaves something out: the emulation
 # has no NIC offloads or switch buffers, and α, the time per message on these links, is not
 # scaled with the rest (the fit's line says how large it is next to a step).

@@ -541,8 +541,12 @@ def _speedups(curves: dict[str, list[dict]], machine: dict, what: str) -> str:
             color=drawn.get_color(),
             label=f"{name}: measured (points), model (line)",
         )
+        for r in line[1:]:  # each measured speedup, readable without the axis; 1 worker is 1 by definition
+            ax.annotate(f"{r['speedup']:.2f}×", (r["workers"], r["speedup"]), textcoords="offset points",
+                        xytext=(6, -3), fontsize=7, color=drawn.get_color())  # fmt: skip
     ax.set(xlabel="workers (emulated accelerators, one per node)", ylabel="speedup in samples/s over 1 worker")
     ax.set_xticks(sizes)
+    ax.set_xlim(min(sizes) - 0.4, max(sizes) * 1.12)  # room for the last points' labels
     ax.set_ylim(0, max(sizes) + 0.5)
     first = next(iter(curves.values()))[0]
     ax.set_title(
