@@ -163,6 +163,19 @@ def compression_key() -> str:
     return f"{half * 1e3:.0f} ms"
 
 
+def model_size_key() -> str:
+    # compute per sample grows with the parameters, as the gradient's bytes do: bandwidth alone
+    # favours neither size (equal speedups at alpha = 0); each message's latency favours the large one
+    def speedup(params: float, alpha: float) -> float:
+        work = Workload(params=params, compute_per_sample=params * 1e-10, micro_batch=32, overlap=False)
+        return simulate(work, [1, 8], Network(alpha=alpha, beta=1e-10))[1].speedup
+
+    small, large = 1e6, 1e8
+    assert speedup(small, 0.0) == pytest.approx(speedup(large, 0.0))
+    assert speedup(small, 50e-6) < speedup(large, 50e-6)
+    return "False"
+
+
 # (page, the start of the question) -> what the right option must say, computed from the code or a run.
 COMPUTED = {
     ("lesson/choosing-a-strategy.md", "In the ZeRO paper's count, training with Adam"): lambda: str(
@@ -213,6 +226,7 @@ COMPUTED = {
         Fraction(bubble_fraction(4, 8, chunks=2)).limit_denominator(100)
     ),
     ("reference/quiz.md", "Two ranks each hold half of a batch"): rounding_key,
+    ("reference/quiz.md", "Among models that fit on one GPU"): model_size_key,
 }
 
 # Questions whose answer is judgement, a definition or a reason, not a number the code computes.
@@ -260,7 +274,6 @@ JUDGEMENT = [
     ("deep-dives/profile-first.md", "Why does the profiler's schedule"),
     ("deep-dives/sync-and-async.md", "Asynchronous training with a large staleness"),
     ("reference/quiz.md", "The most common reason"),
-    ("reference/quiz.md", "Among models that fit on one GPU"),
     ("reference/quiz.md", "A training job writes its checkpoint"),
     ("reference/quiz.md", "All ranks of a job stop"),
     ("reference/quiz.md", "Mixed precision with bfloat16 autocast"),
@@ -302,3 +315,19 @@ def test_every_question_is_computed_or_listed_as_judgement():
         if not any(p == page and stem.startswith(s) for p, s in placed)
     ]
     assert not unplaced, f"questions in neither list: {unplaced}"
+
+
+def test_the_launchers_quiz_names_what_init_process_group_reads():
+    """With env://, init_process_group reads RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT, not
+    LOCAL_RANK (torch.distributed.rendezvous); the right option's feedback says so."""
+    import importlib
+    import inspect
+
+    rendezvous = importlib.import_module("torch.distributed.rendezvous")  # the module, not its function
+    source = inspect.getsource(rendezvous._env_rendezvous_handler)
+    read = set(re.findall(r'_get_env_or_raise\("([A-Z_]+)"\)', source))
+    assert read == {"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"} and "LOCAL_RANK" not in source
+    right, _ = options(find("lesson/launchers.md", "`torchrun --standalone"))
+    feedback = find("lesson/launchers.md", "`torchrun --standalone").split(right, 1)[1].split("\n- [")[0]
+    said = feedback[: feedback.index(";")]
+    assert all(name in said for name in read) and "LOCAL_RANK" not in said, feedback
