@@ -28,6 +28,25 @@ from docexec.rule import EXIT_0, Expected, problems
 
 COMMAND_TIMEOUT_S = 180
 EXIT_PROBE = Path(__file__).resolve().parent / "exit_probe"
+# Loaded instead of the exit probe (which it loads in turn) into a run that asks for a fault: see
+# docexec/faults/sitecustomize.py and fault_env().
+FAULTS = Path(__file__).resolve().parent / "faults"
+# A fault as a page's command fence names it (`fault="kill-rank=1 kill-at-step=13"`), word by word, to
+# the environment variable that docexec/faults/sitecustomize.py reads.
+FAULT_WORDS = {
+    "kill-rank": "DISTDOCS_FAULT_KILL_RANK",
+    "kill-at-step": "DISTDOCS_FAULT_KILL_AT_STEP",
+    "kill-launcher": "DISTDOCS_FAULT_KILL_LAUNCHER",
+    "kill-in-write": "DISTDOCS_FAULT_KILL_IN_WRITE",
+}
+# What a copied-out example finds beside it before it runs: a reader's folder that already holds a
+# `checkpoints/` folder (the examples' default) with files of the reader's own. A run must leave
+# these as they were (test_examples.py): an example deletes nothing it did not create in this run.
+READERS_FILES = {
+    "checkpoints/README-reader.txt": "the reader's own notes, in the folder the examples checkpoint to\n",
+    "checkpoints/step-sentinel.bin": "bytes that are not a checkpoint\n",
+    "notes.txt": "a file of the reader's, beside the example\n",
+}
 EXAMPLE_PATH = re.compile(r"\bexamples/[\w/]+\.py\b")
 # The distdocs modules an example may import, each for the reason given: a piece its page builds, or
 # one the page measures with. They import nothing from distdocs but each other, so that a reader who
@@ -59,6 +78,9 @@ class CommandResult:
     # What each `distdocs bench` it ran measured, as that command's --json prints it ({benchmark,
     # machine, records}): a page's benchmark command, shown as a table, checked as data.
     records: list[dict] = field(default_factory=list)
+    # Files that were in the run's folder before it started (READERS_FILES, the copied examples) and
+    # that it changed or removed: a run of a copied-out example must leave this empty.
+    disturbed: list[str] = field(default_factory=list)
 
     def describe(self, tail: int = 3000) -> str:
         """A failure report: what ran, how it ended, and the end of each stream."""
@@ -163,6 +185,35 @@ def command_env(gpu: bool, python_bin: Path | None = None) -> dict[str, str]:
     return env
 
 
+def fault_env(fault: str, once: Path) -> dict[str, str]:
+    """The environment that injects `fault` (`kill-rank=1 kill-at-step=13 kill-launcher`, say) into the
+    ranks of a run: docexec/faults/ first on PYTHONPATH, a DISTDOCS_FAULT_* variable per word, and
+    `once`, the file whose creation marks the fault as fired, so that it fires once per run."""
+    env = {"DISTDOCS_FAULT_ONCE": str(once)}
+    for word in fault.split():
+        name, _, value = word.partition("=")
+        if name not in FAULT_WORDS:
+            raise ValueError(f"unknown fault {name!r} in {fault!r}; known: {sorted(FAULT_WORDS)}")
+        env[FAULT_WORDS[name]] = value or "1"
+    return env
+
+
+def with_faults(env: dict[str, str]) -> dict[str, str]:
+    """`env` with the fault folder in the exit probe's place on PYTHONPATH (it loads the probe too)."""
+    path = env.get("PYTHONPATH", str(EXIT_PROBE)).split(os.pathsep)
+    path = [str(FAULTS) if p == str(EXIT_PROBE) else p for p in path]
+    return env | {"PYTHONPATH": os.pathsep.join(path if str(FAULTS) in path else [str(FAULTS), *path])}
+
+
+def snapshot(folder: Path) -> dict[str, str]:
+    """Every file under `folder`, by relative path, with a hash of its bytes."""
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
+
+
 def lay_out_as_copied(command: str, folder: Path) -> dict[str, str]:
     """Copy each example that `command` names into `folder`, at the same relative path, next to a
     `distdocs` that holds only the modules examples may import; return the environment variables
@@ -243,21 +294,25 @@ class CommandRuns:
         self._shared = shared
         self._python_bin = python_bin  # another venv's bin/: its torchrun and python run the commands
 
-    def run(self, command: str, gpu: bool = False, busy_port: int | None = None) -> CommandResult:
-        key = (command, gpu, busy_port)
+    def run(
+        self, command: str, gpu: bool = False, busy_port: int | None = None, fault: str | None = None
+    ) -> CommandResult:
+        """The result of `command`, run once per session; with `fault` (fault_env), the same command
+        with that fault injected into its ranks, a run of its own."""
+        key = (command, gpu, busy_port) if fault is None else (command, gpu, busy_port, fault)
         if key not in self._results:
             if self._shared is None:
-                self._results[key] = self._run(command, gpu, busy_port)
+                self._results[key] = self._run(command, gpu, busy_port, fault)
             else:
                 name = hashlib.sha256(repr(key).encode()).hexdigest()[:20]
                 saved = self._shared / f"{name}.pickle"
                 with file_lock(self._shared / f"{name}.lock"):
                     if not saved.exists():
-                        saved.write_bytes(pickle.dumps(self._run(command, gpu, busy_port)))
+                        saved.write_bytes(pickle.dumps(self._run(command, gpu, busy_port, fault)))
                     self._results[key] = pickle.loads(saved.read_bytes())
         return self._results[key]
 
-    def _run(self, command: str, gpu: bool, busy_port: int | None) -> CommandResult:
+    def _run(self, command: str, gpu: bool, busy_port: int | None, fault: str | None = None) -> CommandResult:
         env = command_env(gpu, self._python_bin)
         with (
             ports_held(self._shared, command, busy_port),
@@ -265,20 +320,33 @@ class CommandRuns:
             holding_port(busy_port),
         ):
             cwd: Path = REPO
+            before: dict[str, str] = {}
             if EXAMPLE_PATH.search(command):
                 cwd = Path(folder)
                 env |= lay_out_as_copied(command, cwd)
+                for relative, text in READERS_FILES.items():
+                    (cwd / relative).parent.mkdir(parents=True, exist_ok=True)
+                    (cwd / relative).write_text(text)
+                before = snapshot(cwd)
+            if fault is not None:
+                env = with_faults(env | fault_env(fault, Path(folder) / "distdocs-fault-fired"))
             records = Path(folder) / "distdocs-records"
             records.mkdir()
             env["DISTDOCS_RECORDS"] = str(records)
             result = run_command(command, timeout_s=COMMAND_TIMEOUT_S, cwd=cwd, env=env)
             result.records = [json.loads(f.read_text()) for f in sorted(records.iterdir())]
+            after = snapshot(cwd) if before else {}
+            result.disturbed = [
+                f"{p} ({'removed' if p not in after else 'changed'})" for p in before if before[p] != after.get(p)
+            ]
             return result
 
-    def run_failing(self, command: str, exit_code: int, within_s: float, busy_port: int | None = None) -> CommandResult:
+    def run_failing(
+        self, command: str, exit_code: int, within_s: float, busy_port: int | None = None, fault: str | None = None
+    ) -> CommandResult:
         """Run a command that is meant to fail, and fail the test unless it ended with `exit_code`
         within `within_s` seconds, leaving nothing behind and without aborting."""
-        return _fail_on_problems(self.run(command, busy_port=busy_port), Expected(exit_code, within_s))
+        return _fail_on_problems(self.run(command, busy_port=busy_port, fault=fault), Expected(exit_code, within_s))
 
     def run_usage_error(self, command: str, message: str) -> CommandResult:
         """Run a command given impossible settings, and fail the test unless it refused them the way
@@ -300,12 +368,17 @@ class CommandRuns:
         return _fail_with(result, found)
 
     def run_ok(
-        self, command: str, gpu: bool = False, busy_port: int | None = None, expected: Expected = EXIT_0
+        self,
+        command: str,
+        gpu: bool = False,
+        busy_port: int | None = None,
+        expected: Expected = EXIT_0,
+        fault: str | None = None,
     ) -> CommandResult:
         """Run, and fail the test unless the run shows what `expected` says (by default: exit code 0),
         in time, leaving nothing behind, with every process group freed by its destroy_process_group
-        (docexec.rule)."""
-        return _fail_on_problems(self.run(command, gpu, busy_port), expected)
+        (docexec.rule). `fault`: inject it into the ranks (fault_env)."""
+        return _fail_on_problems(self.run(command, gpu, busy_port, fault), expected)
 
 
 def _fail_on_problems(result: CommandResult, expected: Expected) -> CommandResult:

@@ -6,7 +6,9 @@ page's table to it).
 A command that is meant to fail, as the debugging guide's broken examples do, says so in its info
 string: `{.bash exit="1"}` is the exit code it must end with, and `within="30"` the seconds it must
 end within. Any command may also say `busy_port="29500"`: a port the test holds open on 127.0.0.1
-while it runs, as another job would. Under a content tab titled "GPU ..." a command runs only where
+while it runs, as another job would; and `fault="kill-rank=1 kill-at-step=13"` a fault that the test
+injects into the ranks (docexec.commands.fault_env), where the page tells the reader how to cause it
+by hand: the example itself carries none. Under a content tab titled "GPU ..." a command runs only where
 CUDA is present.
 """
 
@@ -53,7 +55,7 @@ INCLUDE = re.compile(r"""--8<--\s+["']([^"']+)["']""")
 OPEN = re.compile(r"^(\s*)(`{3,}|~{3,})(.*)$")
 # Environment variables set for one command, as in `TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 torchrun ...`.
 ENV_PREFIX = re.compile(r"^(?:[A-Za-z_][A-Za-z0-9_]*=\S*\s+)+")
-FAILURE_ATTRS = ("exit", "within", "busy_port")  # see the module's docstring
+FAILURE_ATTRS = ("exit", "within", "busy_port", "fault")  # see the module's docstring
 ORCHESTRATED = ("slurm command", "node command")  # run by tests that set the scene; their excerpts are checked there
 TAB = re.compile(r"""^(\s*)===\+?\s+"(.*)"\s*$""")
 

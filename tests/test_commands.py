@@ -89,3 +89,14 @@ def test_a_process_left_by_one_command_is_not_blamed_on_another_running_beside_i
     left, ok = _side_by_side(lambda: runs.run(leaves), lambda: CommandRuns(tmp_path / "shared").run(clean))
     assert any("sleep 30" in p for p in left.leftovers), left.describe()
     assert ok.leftovers == [] and ok.returncode == 0, ok.describe()
+
+
+def test_a_copied_out_run_reports_the_readers_files_it_changed_or_removed():
+    """What test_examples.py asserts of every example: the run's folder starts with files of the
+    reader's own (a `checkpoints/` folder among them), and a run that deletes or rewrites one says so."""
+    script = "examples/collectives/step02_ring_allreduce.py"
+    wipe = f"python -c \"import shutil; shutil.rmtree('checkpoints'); open('notes.txt', 'w').write('x')\" # {script}"
+    result = CommandRuns().run(wipe)
+    assert result.returncode == 0, result.describe()
+    assert "notes.txt (changed)" in result.disturbed and any("checkpoints/" in d for d in result.disturbed)
+    assert not CommandRuns().run(f"python -c 'print(1)' # {script}").disturbed

@@ -88,9 +88,12 @@ def test_inline_commands_in_prose_are_run_somewhere():
 def run_as_the_page_says(fence, command_runs, command: str):
     """Run a command fence's command, as a success or, where the fence says so, as a failure."""
     busy = int(fence.attrs["busy_port"]) if "busy_port" in fence.attrs else None
+    fault = fence.attrs.get("fault")  # injected by the test; the page says how to cause it by hand
     if "exit" in fence.attrs:
-        return command_runs.run_failing(command, int(fence.attrs["exit"]), float(fence.attrs["within"]), busy)
-    return command_runs.run_ok(command, gpu=fence.gpu, busy_port=busy)
+        return command_runs.run_failing(
+            command, int(fence.attrs["exit"]), float(fence.attrs["within"]), busy, fault=fault
+        )
+    return command_runs.run_ok(command, gpu=fence.gpu, busy_port=busy, fault=fault)
 
 
 @pytest.mark.processes

@@ -39,12 +39,17 @@ class Item:
     expected: Expected
     ranks_shown: int | None = None  # the page's rank count, for an example
     ranks_run: int | None = None
+    fault: str | None = None  # the fault the page's fence has the test inject (docexec.commands.fault_env)
 
 
 def items(gpus: int) -> list[Item]:
     """Every GPU-tab command, as written, then every example at the ranks its page shows, or at one
     per GPU where there are fewer GPUs than that."""
-    out = [Item(f.where, f.command, EXIT_0) for f in all_fences() if f.kind == "command" and f.gpu]
+    out = [
+        Item(f.where, f.command, EXIT_0, fault=f.attrs.get("fault"))
+        for f in all_fences()
+        if f.kind == "command" and f.gpu
+    ]
     for script in all_examples():
         command = example_command(script)
         counts = [int(n) for n in NPROC.findall(command)]  # a command of several launches: the largest
@@ -88,7 +93,7 @@ def main() -> int:
         if time.monotonic() - start > BUDGET_S:
             lines.append(f"{item.name}: not run: the check's {BUDGET_S} s were spent")
             continue
-        line, bad = verdict(item, runs.run(item.command, gpu=True))
+        line, bad = verdict(item, runs.run(item.command, gpu=True, fault=item.fault))
         failed += bad
         lines.append(line)
         print(line, flush=True)
