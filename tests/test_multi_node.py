@@ -23,7 +23,7 @@ import jsonschema
 import pytest
 import yaml
 
-from docexec.commands import Background, command_env, lay_out_as_copied
+from docexec.commands import Background, command_env, fault_env, lay_out_as_copied, with_faults
 from docexec.fences import EXAMPLES, REPO, classify, page_fences
 from docexec.outputs import excerpt_missing
 
@@ -47,7 +47,8 @@ def page_commands() -> list[str]:
 @pytest.mark.parametrize("which", [0, 1], ids=["two-nodes", "node-loss"])
 def test_two_launchers_end_where_one_machine_ends(command_runs, which):
     one = last_line(command_runs.run_ok(UNINTERRUPTED).stdout)
-    result = command_runs.run_ok(page_commands()[which])
+    fence = [f for f in classify(PAGE) if f.kind == "command"][which]
+    result = command_runs.run_ok(fence.command, fault=fence.attrs.get("fault"))  # the node loss: injected
     assert one.startswith("weights_sha256=") and last_line(result.stdout) == one, result.describe()
     if which == 1:
         assert "attempt 1: resumed from step 12" in result.stdout, result.describe()
@@ -67,17 +68,6 @@ def test_torchft_groups_train_on_and_end_with_the_same_weights(command_runs):
     assert "[group 1] SIGKILL at step 12" in result.stdout and firsts and firsts[-1] >= 12, result.describe()
 
 
-def test_kill_launcher_needs_a_kill_at_or_after_the_first_checkpoint(command_runs):
-    result = command_runs.run(
-        f"torchrun --standalone --nproc_per_node=2 {SCRIPT} --kill-rank 1 --kill-at-step 2 --kill-launcher"
-    )
-    assert result.returncode != 0 and not result.timed_out and not result.leftovers, result.describe()
-    assert (
-        "error: --kill-launcher needs --kill-rank and a --kill-at-step at or after the first checkpoint"
-        in result.stderr
-    )
-
-
 def test_slurm_recipe_parses_and_launches_the_example():
     script = EXAMPLES / "multi_node/slurm_job.sh"
     assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
@@ -85,7 +75,7 @@ def test_slurm_recipe_parses_and_launches_the_example():
     assert "#SBATCH --requeue" in text and "--rdzv_backend=c10d" in text
     assert SCRIPT in text and (REPO / SCRIPT).is_file()
     # SLURM >= 22.05: srun does not inherit sbatch's --cpus-per-task; the step that starts torchrun
-    # asks for it again, or it gets one CPU
+    # asks for it again, or its task counts as one CPU, and a cluster that binds tasks puts it on one core
     launch = next(line for line in text.splitlines() if line.startswith("srun ") and "torchrun" in line)
     assert "#SBATCH --cpus-per-task=" in text and '--cpus-per-task="$SLURM_CPUS_PER_TASK"' in launch
 
@@ -180,8 +170,13 @@ def namespaces():
         subprocess.run(["ip", "netns", "del", name], capture_output=True)
 
 
-def launcher(names: dict, node: str, run_id: str, ckpt: Path, extra: list[str], log: Path) -> Background:
+def launcher(
+    names: dict, node: str, run_id: str, ckpt: Path, extra: list[str], log: Path, fault: dict | None = None
+) -> Background:
+    """One node's torchrun in its namespace; `fault`, from fault_env, injected into its ranks."""
     env = command_env(gpu=False) | {"GLOO_SOCKET_IFNAME": "eth0", "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+    if fault:
+        env = with_faults(env | fault)
     torchrun = str(Path(sys.executable).parent / "torchrun")
     command = [
         "ip", "netns", "exec", names[node], torchrun, "--nnodes=2", "--nproc_per_node=1",
@@ -215,13 +210,13 @@ def test_two_namespaces_end_where_one_machine_ends(namespaces, command_runs, tmp
 
 
 def test_a_lost_namespace_node_is_replaced_and_the_job_resumes(namespaces, command_runs, tmp_path):
-    kill = ["--kill-rank", "1", "--kill-at-step", "13", "--kill-launcher"]
+    kill = fault_env("kill-rank=1 kill-at-step=13 kill-launcher", tmp_path / "fault-fired")
     logs = [tmp_path / "a.log", tmp_path / "b.log", tmp_path / "b2.log"]
-    a = launcher(namespaces, "a", "ns-loss", tmp_path / "ckpt", kill, logs[0])
+    a = launcher(namespaces, "a", "ns-loss", tmp_path / "ckpt", [], logs[0], kill)
     # Ranks follow the launchers' addresses: 10.77.0.1 is rank 0, on the node that survives.
-    b = launcher(namespaces, "b", "ns-loss", tmp_path / "ckpt", kill, logs[1])
+    b = launcher(namespaces, "b", "ns-loss", tmp_path / "ckpt", [], logs[1], kill)
     first_b = finish([b])
-    replacement = launcher(namespaces, "b", "ns-loss", tmp_path / "ckpt", kill, logs[2])  # as a scheduler would
+    replacement = launcher(namespaces, "b", "ns-loss", tmp_path / "ckpt", [], logs[2], kill)  # as a scheduler would
     codes = finish([a, replacement])
     text = "".join(log.read_text() for log in logs)
     assert first_b != [0] and codes == [0, 0], text[-3000:]

@@ -49,8 +49,8 @@ trap 'echo "USR1 reached the batch shell: requeueing job $SLURM_JOB_ID"; scontro
 
 # --kill-on-bad-exit: a node whose torchrun fails stops the others' too, rather than leaving them to
 # wait at the rendezvous. --cpus-per-task again: since SLURM 22.05 srun does not inherit it from
-# sbatch (see sbatch's man page), so the step would get one CPU, and on a cluster that confines steps
-# to their CPUs, torchrun, its ranks and their DataLoader workers would all share it.
+# sbatch (see sbatch's man page), so its task would count as one CPU, and a cluster that binds tasks
+# to their CPUs would put torchrun, its ranks and their DataLoader workers all on one core.
 srun --kill-on-bad-exit=1 ${SLURM_CPUS_PER_TASK:+--cpus-per-task="$SLURM_CPUS_PER_TASK"} torchrun \
     --nnodes="$SLURM_NNODES" \
     --nproc_per_node="$NPROC_PER_NODE" \
