@@ -1,13 +1,13 @@
 """Training that survives losing a rank: a checkpoint every few steps, and torchrun restarts the job
-from the newest one. With --kill-rank R --kill-at-step K, rank R SIGKILLs itself at step K of the
-first attempt (with --kill-launcher, its launcher too: a lost node); the run still ends with the
-same weights as an uninterrupted one, bit for bit. On SIGTERM, which a scheduler sends before it stops
-or preempts a job, every rank saves a checkpoint at the next step and the run stops, to resume later.
+from the newest one. Each rank prints its pid: `kill -9` one from a second terminal (add
+`--step-seconds 1` to have time), and the run still ends with the same weights as an uninterrupted
+one, bit for bit. On SIGTERM, which a scheduler sends before it stops or preempts a job, every rank
+saves a checkpoint at the next step and the run stops, to resume later.
 
-    TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 torchrun --standalone --nproc_per_node=2 --max-restarts=1 examples/fault_tolerance/step01_resume_after_kill.py --kill-rank 1 --kill-at-step 13
+    TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 torchrun --standalone --nproc_per_node=2 --max-restarts=1 examples/fault_tolerance/step01_resume_after_kill.py
 
 Its last line is weights_sha256=<hex>, a hash of the final parameters. A launch resumes from the
-newest checkpoint in --ckpt-dir; a finished run deletes its checkpoints, so the next starts afresh.
+newest checkpoint in --ckpt-dir, which keeps the last three, the final step's among them.
 It imports distdocs.checkpoint, which the failure-and-recovery page builds: `pip install -e .`.
 """
 
@@ -18,12 +18,10 @@ import io
 import os
 import signal
 import sys
-import tempfile
 import threading
 import time
 import traceback
 from datetime import timedelta
-from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -73,12 +71,6 @@ def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--ckpt-every", type=int, default=4, help="steps between checkpoints (default: 4)")
     p.add_argument("--ckpt-dir", default="checkpoints", help="where checkpoints go (default: checkpoints)")
-    p.add_argument("--kill-rank", type=int, help="the rank that kills itself, on the first attempt only")
-    p.add_argument("--kill-at-step", type=int, help="the step at which it does")
-    p.add_argument("--kill-launcher", action="store_true", help="that rank kills its launcher first: a lost node")
-    p.add_argument(
-        "--kill-in-write", type=int, metavar="STEP", help="rank 0 dies halfway through writing this step's checkpoint"
-    )
     p.add_argument(
         "--step-seconds",
         type=float,
@@ -90,18 +82,6 @@ def parse_args() -> argparse.Namespace:
     problems = []
     if args.ckpt_every < 1:
         problems.append("--ckpt-every must be at least 1")
-    if (args.kill_rank is None) != (args.kill_at_step is None):
-        problems.append("--kill-rank and --kill-at-step go together")
-    elif args.kill_rank is not None and not (0 <= args.kill_rank < world and 0 < args.kill_at_step < steps):
-        problems.append(f"--kill-rank must be in 0..{world - 1} and --kill-at-step in 1..{steps - 1}")
-    if args.kill_launcher and not (args.kill_at_step or 0) >= args.ckpt_every >= 1:
-        problems.append("--kill-launcher needs --kill-rank and a --kill-at-step at or after the first checkpoint")
-    if (
-        args.kill_in_write is not None
-        and args.ckpt_every >= 1
-        and not (0 < args.kill_in_write < steps and args.kill_in_write % args.ckpt_every == 0)
-    ):
-        problems.append(f"--kill-in-write must be a checkpoint step (a multiple of --ckpt-every) below {steps}")
     if not 0 <= args.step_seconds <= 60:
         problems.append("--step-seconds must be in 0..60")
     if not 0 <= args.workers <= 8:
@@ -119,8 +99,11 @@ def parse_args() -> argparse.Namespace:
 def run(args: argparse.Namespace, device: torch.device) -> None:
     rank = dist.get_rank()
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    # The process to kill, to try a failure by hand; on stderr, beside torchrun's own reports.
+    print(f"[rank {rank}] pid {os.getpid()}", file=sys.stderr, flush=True)
 
     model, opt, sched, loader = build(device, args.workers)
+    decisions = dist.new_group(backend="gloo", timeout=timedelta(seconds=TIMEOUT_S))  # see stop_requested
 
     # --8<-- [start:resume]
     step, state = checkpoint.load_latest_checkpoint(args.ckpt_dir)
@@ -134,8 +117,9 @@ def run(args: argparse.Namespace, device: torch.device) -> None:
         checkpoint.restore_rng_states(rng)  # this rank's own generators
     log(f"attempt {attempt}: {'resumed from step ' + str(step) if step else 'starting at step 0'}")
     # --8<-- [end:resume]
+    resumed, state = state is not None, None  # keep the answer, free the checkpoint's memory
     try:
-        finished = train(model, opt, sched, loader, step, device, args, attempt)
+        finished = train(model, opt, sched, loader, step, device, args, decisions)
     except BaseException as e:
         # A failed step (a lost peer, say) would keep the DDP model alive in the traceback, past the
         # group's teardown, and DDP's gloo thread would then abort the exit: free it first.
@@ -152,23 +136,23 @@ def run(args: argparse.Namespace, device: torch.device) -> None:
         sys.exit(128 + signal.SIGTERM)
 
     # --8<-- [start:self_check]
-    # The same run, uninterrupted, in this process: the restarted run must end exactly where it does.
-    ref_model, ref_opt, ref_sched, ref_loader = build(device, args.workers)
-    train(ref_model, ref_opt, ref_sched, ref_loader, 0, device, None, attempt)
-    for p, q in zip(model.parameters(), ref_model.parameters()):
-        assert torch.equal(p, q), "the resumed run ended elsewhere than an uninterrupted one"
-    log("the final weights equal an uninterrupted run's, bit for bit")
+    params = b"".join(p.detach().cpu().contiguous().numpy().tobytes() for p in model.parameters())
+    digests = [None] * dist.get_world_size()
+    dist.all_gather_object(digests, hashlib.sha256(params).hexdigest())
+    assert len(set(digests)) == 1, "the ranks ended with different weights"
+    if resumed:
+        # This launch resumed: the same run, uninterrupted, in this process, must end exactly where
+        # it did. (A lesson's check: it trains the whole run again, which a real job would not.)
+        ref_model, ref_opt, ref_sched, ref_loader = build(device, args.workers)
+        train(ref_model, ref_opt, ref_sched, ref_loader, 0, device, None)
+        for p, q in zip(model.parameters(), ref_model.parameters()):
+            assert torch.equal(p, q), "the resumed run ended elsewhere than an uninterrupted one"
+        log("the final weights equal an uninterrupted run's, bit for bit")
+    else:
+        log(f"trained steps 0 to {args.steps - 1} in one attempt; every rank ends with the same weights")
     log("self-check passed")
     # --8<-- [end:self_check]
-    params = b"".join(p.detach().cpu().contiguous().numpy().tobytes() for p in model.parameters())
-    dist.barrier()
-    if rank == 0:  # the run is done: the next launch starts afresh (a real job keeps its last one)
-        for _, old in checkpoint.list_checkpoints(args.ckpt_dir):
-            old.unlink()
-            old.with_name(old.name + ".sha256").unlink(missing_ok=True)
-        for stray in Path(args.ckpt_dir).glob(".step-*"):  # what a write killed halfway left behind
-            stray.unlink()
-    log(f"weights_sha256={hashlib.sha256(params).hexdigest()}")
+    log(f"weights_sha256={digests[0]}")
 
 
 def build(device: torch.device, workers: int = 0):
@@ -187,14 +171,11 @@ def build(device: torch.device, workers: int = 0):
     return model, opt, sched, loader
 
 
-def train(model, opt, sched, loader, step: int, device, args, attempt: int) -> bool:
-    """From `step` to the end; with `args`, checkpoint and die as the flags say, else neither. False if
-    SIGTERM stopped it early, after a checkpoint."""
-    rank, steps_per_epoch = dist.get_rank(), len(loader)
-    total, first = EPOCHS * steps_per_epoch, step
-    # The kill fires once per job: on the first attempt of a run that started from step 0 (a node
-    # that replaces a lost one is on its launcher's first attempt too, but resumes).
-    doomed = args and attempt == 0 and first == 0 and rank == args.kill_rank
+def train(model, opt, sched, loader, step: int, device, args, decisions=None) -> bool:
+    """From `step` to the end; with `args`, checkpoint as the flags say and stop on SIGTERM, as the ranks
+    agree on `decisions`, else neither. False if SIGTERM stopped it early, after a checkpoint."""
+    steps_per_epoch = len(loader)
+    total = EPOCHS * steps_per_epoch
     # --8<-- [start:train]
     while step < total:
         epoch, skip = divmod(step, steps_per_epoch)
@@ -202,19 +183,14 @@ def train(model, opt, sched, loader, step: int, device, args, attempt: int) -> b
         for i, (x, y) in enumerate(loader):
             if i < skip:  # the sampler position: batches this epoch already trained on
                 continue
-            if doomed and step == args.kill_at_step:
-                print(f"[rank {rank}] SIGKILL at step {step}", flush=True)
-                if args.kill_launcher:
-                    os.kill(os.getppid(), signal.SIGKILL)  # the launcher first: the node is gone
-                os.kill(os.getpid(), signal.SIGKILL)  # a lost process: no cleanup, no goodbye
             nn.functional.mse_loss(model(x.to(device)), y.to(device)).backward()
             opt.step()
             opt.zero_grad()
             sched.step()
             step += 1
-            stopping = args is not None and step < total and stop_requested(device)
-            if args and step < total and (step % args.ckpt_every == 0 or stopping):
-                save(model, opt, sched, step, args, attempt)
+            stopping = args is not None and step < total and stop_requested(decisions)
+            if args and (step % args.ckpt_every == 0 or step == total or stopping):  # the last one too
+                save(model, opt, sched, step, args)
             if stopping:
                 log(f"SIGTERM: saved a checkpoint at step {step}; stopping")
                 return False
@@ -238,11 +214,13 @@ def stop_on_sigterm() -> None:
 
 
 # --8<-- [start:stop_requested]
-def stop_requested(device) -> bool:
+def stop_requested(group) -> bool:
     """Whether any rank got SIGTERM. The signal reaches ranks at different moments, so they agree on
-    the step to stop at: one value each, the largest wins, and every rank sees the same answer."""
-    flag = torch.tensor([1.0 if STOP.is_set() else 0.0], device=device)
-    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    the step to stop at: one value each, the largest wins, and every rank sees the same answer. The
+    flags meet on the CPU, on `group`, a gloo group: a CUDA flag read back with .item() after every
+    step would make the CPU wait for the GPU, and stop it queueing the next step ahead."""
+    flag = torch.tensor([1.0 if STOP.is_set() else 0.0])  # on the CPU, for the gloo group
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=group)
     return bool(flag.item())
 
 
@@ -250,18 +228,13 @@ def stop_requested(device) -> bool:
 
 
 # --8<-- [start:save]
-def save(model, opt, sched, step: int, args, attempt: int) -> None:
+def save(model, opt, sched, step: int, args) -> None:
     mine = io.BytesIO()
     torch.save(checkpoint.rng_states(), mine)
     rngs = [None] * dist.get_world_size()
     dist.all_gather_object(rngs, mine.getvalue())  # every rank's generators, as bytes, saved by rank 0
     if dist.get_rank() == 0:
         state = {"model": model.module.state_dict(), "opt": opt.state_dict(), "sched": sched.state_dict(), "rng": rngs}
-        if attempt == 0 and step == args.kill_in_write:  # die halfway through writing the file
-            with tempfile.NamedTemporaryFile(dir=args.ckpt_dir, prefix=".step-", delete=False) as f:
-                f.write(b"half a checkpoint")
-                f.flush()
-                os.kill(os.getpid(), signal.SIGKILL)
         checkpoint.save_checkpoint_atomic(state, args.ckpt_dir, step, keep=3)
     dist.barrier()  # nobody trains past a checkpoint that is not on disk yet
 

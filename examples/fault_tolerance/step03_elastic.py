@@ -192,8 +192,8 @@ def train(args: argparse.Namespace, device: torch.device) -> None:
         log("self-check passed")
     dist.barrier()
     # --8<-- [end:self_check]
-    if dist.get_rank() == 0:  # the run is done: the next launch starts afresh
-        shutil.rmtree(folder)
+    # The checkpoints stay, the newest two, the last step's among them: it is the trained model, and a
+    # launch in the same folder resumes from it with nothing left to train.
 
 
 def run(args: argparse.Namespace, device: torch.device) -> None:

@@ -1,7 +1,7 @@
 """Checkpoint every T seconds, as "every 10 minutes" works on a real job: rank 0's clock decides, a
-broadcast tells every rank, and all of them save at the same step.
+broadcast on a gloo group tells every rank, and all of them save at the same step.
 
-    torchrun --standalone --nproc_per_node=2 examples/fault_tolerance/step05_checkpoint_on_time.py --every 0.2
+    torchrun --standalone --nproc_per_node=2 examples/fault_tolerance/step05_checkpoint_on_time.py
 
 Rank 0 checks that every rank saved at the same steps, then resumes a fresh model from the newest
 checkpoint and checks that it ends bit for bit where the uninterrupted run ended.
@@ -43,8 +43,9 @@ def batch(step: int, device: torch.device) -> torch.Tensor:
     return torch.randn(8, WIDTH, generator=g).to(device)
 
 
-def train(model, opt, first: int, last: int, device, every: float | None, path: str) -> list[int]:
-    """Steps first..last-1; with `every`, checkpoint whenever rank 0 says T seconds have passed."""
+def train(model, opt, first: int, last: int, device, every: float | None, path: str, clock=None) -> list[int]:
+    """Steps first..last-1; with `every`, checkpoint whenever rank 0 says T seconds have passed; it
+    says so on `clock`, a gloo group."""
     saved = []
     # --8<-- [start:decide]
     last_save = time.monotonic()  # a schedule on the CPU's clock: it times no GPU work, so no synchronize
@@ -57,8 +58,11 @@ def train(model, opt, first: int, last: int, device, every: float | None, path: 
             continue
         # Each rank's clock started at a different moment, and steps end at different moments on
         # different ranks: deciding locally, ranks would save at different steps. Rank 0 decides.
-        due = torch.tensor([time.monotonic() - last_save >= every], dtype=torch.uint8, device=device)
-        dist.broadcast(due, src=0)
+        # The decision is a CPU tensor on a gloo group, even under nccl: a CUDA tensor read with
+        # .item() would wait for the GPU to finish the step, every step, and the CPU could no longer
+        # queue the next step's kernels while the GPU runs this one.
+        due = torch.tensor([time.monotonic() - last_save >= every], dtype=torch.uint8)  # on the CPU, for gloo
+        dist.broadcast(due, src=0, group=clock)
         if due.item():
             save_atomically({"model": model.module.state_dict(), "opt": opt.state_dict(), "step": step + 1}, path)
             saved.append(step + 1)
@@ -67,26 +71,26 @@ def train(model, opt, first: int, last: int, device, every: float | None, path: 
     return saved
 
 
-# --8<-- [start:save]
+# --8<-- [start:atomic_save]
 def save_atomically(state: dict, path: str) -> None:
     """Rank 0 writes a temporary file beside `path`, flushes it to disk, then renames it over `path`:
     a crash leaves the old checkpoint or the new one, never half of one. Every rank waits for it."""
     if dist.get_rank() == 0:
         folder = os.path.dirname(os.path.abspath(path))
-        with tempfile.NamedTemporaryFile(dir=folder, delete=False) as f:
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".checkpoint-", delete=False) as f:
             torch.save(state, f)
             f.flush()
-            os.fsync(f.fileno())
+            os.fsync(f.fileno())  # the bytes reach the disk before the new name does
         os.replace(f.name, path)  # atomic on POSIX: readers see the old file or the new one
         fd = os.open(folder, os.O_RDONLY)  # and make the rename itself durable
         try:
             os.fsync(fd)
         finally:
             os.close(fd)
-    dist.barrier()
+    dist.barrier()  # nobody trains past a checkpoint that is not on disk yet
 
 
-# --8<-- [end:save]
+# --8<-- [end:atomic_save]
 
 
 def fresh(device):
@@ -119,8 +123,9 @@ def run(args: argparse.Namespace, device: torch.device) -> None:
     os.makedirs(args.ckpt_dir, exist_ok=True)
     path = os.path.join(args.ckpt_dir, "checkpoint.pt")
 
+    clock = dist.new_group(backend="gloo", timeout=timedelta(seconds=TIMEOUT_S))  # rank 0's decisions, on the CPU
     model, opt = fresh(device)
-    saved = train(model, opt, 0, STEPS, device, args.every, path)
+    saved = train(model, opt, 0, STEPS, device, args.every, path, clock)
 
     # --8<-- [start:resume]
     state = torch.load(path, map_location=device, weights_only=True)  # tensors and plain data only

@@ -1,19 +1,18 @@
 """Mistake: training without checkpoints. A rank that dies takes the job back to step 0, however
-far it had come. Fix: checkpoint every few steps and resume from the newest checkpoint.
+far it had come. Fix: `--ckpt-every 10`, a checkpoint every 10 steps, and a restart that resumes from it.
 
-    TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 torchrun --standalone --nproc_per_node=2 --max-restarts=1 examples/fault_tolerance/step06_no_checkpoint.py --ckpt-every 0
+    TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 torchrun --standalone --nproc_per_node=2 --max-restarts=1 examples/fault_tolerance/step06_no_checkpoint.py
 
-Rank 1 kills itself (SIGKILL) at step 25 of the first attempt; torchrun restarts both ranks. Rank 0
-prints where the restart resumed and how many steps were lost; `--ckpt-every 10` is the fix.
+Each rank prints its pid; `kill -9` one of them from a second terminal (add `--step-seconds 1` to have
+time) and torchrun restarts both ranks. Rank 0 prints the step each attempt starts at.
 """
 
 import argparse
 import gc
 import os
-import shutil
-import signal
 import sys
 import tempfile
+import time
 import traceback
 from datetime import timedelta
 
@@ -52,15 +51,26 @@ def train_step(model, opt, step: int, device) -> None:
     opt.zero_grad()
 
 
+# --8<-- [start:atomic_save]
 def save_atomically(state: dict, path: str) -> None:
-    """Rank 0 writes a temporary file, flushes it, and renames it over `path`; all ranks wait."""
+    """Rank 0 writes a temporary file beside `path`, flushes it to disk, then renames it over `path`:
+    a crash leaves the old checkpoint or the new one, never half of one. Every rank waits for it."""
     if dist.get_rank() == 0:
-        with tempfile.NamedTemporaryFile(dir=os.path.dirname(path), delete=False) as f:
+        folder = os.path.dirname(os.path.abspath(path))
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".checkpoint-", delete=False) as f:
             torch.save(state, f)
             f.flush()
-            os.fsync(f.fileno())
-        os.replace(f.name, path)
-    dist.barrier()
+            os.fsync(f.fileno())  # the bytes reach the disk before the new name does
+        os.replace(f.name, path)  # atomic on POSIX: readers see the old file or the new one
+        fd = os.open(folder, os.O_RDONLY)  # and make the rename itself durable
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    dist.barrier()  # nobody trains past a checkpoint that is not on disk yet
+
+
+# --8<-- [end:atomic_save]
 
 
 def usage_error(message: str) -> None:
@@ -75,60 +85,58 @@ def usage_error(message: str) -> None:
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--ckpt-every", type=int, default=10, help="steps between checkpoints; 0: never")
-    parser.add_argument("--kill-at-step", type=int, default=25, help="rank 1 dies here, first attempt only")
+    parser.add_argument("--ckpt-every", type=int, default=0, help="steps between checkpoints (default: 0, never)")
     parser.add_argument("--ckpt-dir", default="checkpoints", help="folder for checkpoint.pt (default: checkpoints)")
+    parser.add_argument("--step-seconds", type=float, default=0.0, help="sleep after each step (default: 0)")
     args = parser.parse_args()
-    if args.ckpt_every < 0 or not 0 < args.kill_at_step < STEPS:
-        usage_error(f"--ckpt-every must be 0 or more and --kill-at-step in 1..{STEPS - 1}")
+    if args.ckpt_every < 0 or not 0 <= args.step_seconds <= 60:
+        usage_error("--ckpt-every must be 0 or more and --step-seconds in 0..60")
     return args
 
 
 def run(args: argparse.Namespace, device: torch.device) -> None:
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    # The process to kill, to try a failure by hand; on stderr, beside torchrun's own reports.
+    print(f"[rank {dist.get_rank()}] pid {os.getpid()}", file=sys.stderr, flush=True)
     try:
         model, first = train(args, device, attempt)
     except BaseException as e:
-        # The lost peer fails rank 0's step. The traceback would keep the DDP model alive past the
+        # A lost peer fails the survivor's step. The traceback would keep the DDP model alive past the
         # group's teardown, and DDP's gloo thread would then abort the exit: free it first.
         traceback.clear_frames(e.__traceback__)
         gc.collect()
         raise
-    check(model, first, args, attempt, device)
+    check(model, first, device)
 
 
 def train(args: argparse.Namespace, device: torch.device, attempt: int) -> tuple[nn.Module, int]:
-    """The 40 steps, from the newest checkpoint if there is one; the model, and the step it resumed at."""
+    """The 40 steps, from the newest checkpoint if there is one; the model, and the step it started at."""
     path = os.path.join(args.ckpt_dir, "checkpoint.pt")
-    if attempt == 0 and dist.get_rank() == 0:  # a new launch starts from scratch; a restart resumes
-        shutil.rmtree(args.ckpt_dir, ignore_errors=True)
-        os.makedirs(args.ckpt_dir)
-    dist.barrier()
+    if args.ckpt_every:
+        os.makedirs(args.ckpt_dir, exist_ok=True)  # a folder of the reader's stays as it is
 
     # --8<-- [start:resume]
     model, opt = fresh(device)
     first = 0
-    if os.path.exists(path):
+    if args.ckpt_every and os.path.exists(path):  # a job without checkpoints has nothing to resume from
         state = torch.load(path, map_location=device, weights_only=True)
         model.module.load_state_dict(state["model"])
         opt.load_state_dict(state["opt"])
         first = state["step"]
+    log(f"attempt {attempt}: starting at step {first} of {STEPS} ({'newest checkpoint' if first else 'no checkpoint'})")
     for step in range(first, STEPS):
-        if attempt == 0 and step == args.kill_at_step and dist.get_rank() == 1:
-            os.kill(os.getpid(), signal.SIGKILL)  # a lost node: no cleanup, no warning
         train_step(model, opt, step, device)
         if args.ckpt_every and (step + 1) % args.ckpt_every == 0:
             save_atomically({"model": model.module.state_dict(), "opt": opt.state_dict(), "step": step + 1}, path)
+        time.sleep(args.step_seconds)
     # --8<-- [end:resume]
     return model, first
 
 
-def check(model: nn.Module, first: int, args: argparse.Namespace, attempt: int, device: torch.device) -> None:
-    """Where the restart resumed, the steps lost, and the final weights against an uninterrupted run."""
+def check(model: nn.Module, first: int, device: torch.device) -> None:
+    """The final weights against an uninterrupted run's."""
     # --8<-- [start:self_check]
-    lost = args.kill_at_step - first
-    log(f"restart {attempt}: resumed from step {first} ({'no checkpoint' if not first else 'newest checkpoint'})")
-    log(f"steps computed: {args.kill_at_step + STEPS - first} for a {STEPS}-step run; {lost} lost to the failure")
+    log(f"this attempt trained steps {first} to {STEPS - 1}: {STEPS - first} of the run's {STEPS}")
     reference, ref_opt = fresh(device)  # the same run, uninterrupted
     for step in range(STEPS):
         train_step(reference, ref_opt, step, device)

@@ -20,6 +20,9 @@ from distdocs.bench.harness import machine_line
 from distdocs.processes import kill_session
 
 EXAMPLE = "examples/fault_tolerance/step01_resume_after_kill.py"
+# The example kills nothing itself: the kill is injected into its ranks as the doc tests inject it, by
+# this folder's sitecustomize.py first on PYTHONPATH, driven by DISTDOCS_FAULT_* variables.
+FAULTS = Path(__file__).resolve().parents[3] / "docexec" / "faults"
 # The lines that mark each moment: the example's own, and torchrun's (LOGLEVEL=INFO).
 MARKS = {
     "start": re.compile(r"attempt 0: starting at step 0"),
@@ -57,11 +60,14 @@ def timed_run(example: str, kill_at_step: int, timeout_s: float = 300) -> dict:
     """Launch the example with rank 1 killed at `kill_at_step`; return when each mark was seen."""
     torchrun = shutil.which("torchrun", path=os.path.dirname(sys.executable)) or "torchrun"
     with tempfile.TemporaryDirectory() as ckpt:
-        command = [
-            torchrun, "--standalone", "--nproc_per_node=2", "--max-restarts=1", example,
-            "--kill-rank", "1", "--kill-at-step", str(kill_at_step), "--ckpt-dir", ckpt,
-        ]  # fmt: skip
-        env = {**os.environ, "LOGLEVEL": "INFO", "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+        command = [torchrun, "--standalone", "--nproc_per_node=2", "--max-restarts=1", example, "--ckpt-dir", ckpt]
+        fault = {
+            "DISTDOCS_FAULT_KILL_RANK": "1",
+            "DISTDOCS_FAULT_KILL_AT_STEP": str(kill_at_step),
+            "DISTDOCS_FAULT_ONCE": os.path.join(ckpt, ".fault-fired"),
+            "PYTHONPATH": os.pathsep.join(p for p in (str(FAULTS), os.environ.get("PYTHONPATH")) if p),
+        }
+        env = {**os.environ, "LOGLEVEL": "INFO", "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1", **fault}
         start = time.monotonic()
         seen: dict[str, float] = {}
         steps: dict[str, int] = {}
