@@ -41,7 +41,8 @@ of an Excerpt appears in the run's output, its numbers (pids, ports, times) left
 
 **4. Read the code for what CPU runs cannot show** (`docexec.device_check`). CI has no GPU, so
 `check_file(path, root)` reads an example for the mistakes that pass on gloo and break on nccl: a CPU
-tensor in a collective, a model that DDP wraps but never moved, a clock read without a synchronize.
+tensor in a collective, a model that DDP wraps but never moved, a clock read without a synchronize, a
+collective's answer read back on the host at every training step.
 
 The tests in tests/ use these pieces, and every test carries one tier marker (fast, processes, site;
 see tests/conftest.py). `tools/gpu_check.py` uses the runner to launch the GPU tabs' commands and

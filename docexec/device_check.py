@@ -1,4 +1,4 @@
-"""The device check: three mistakes that pass every CPU run and break under nccl, found by reading
+"""The device check: four mistakes that pass every CPU run and break or stall under nccl, found by reading
 the code, since CI has no GPU to run it on.
 
 1. **A CPU tensor reaches a collective.** A tensor built by a torch factory (`torch.tensor`, `zeros`,
@@ -13,6 +13,14 @@ the code, since CI has no GPU to run it on.
    and never synchronizes (`torch.cuda.synchronize(...)`, or a call of a helper named `now`,
    `wait_for_device` or `synchronize`). CUDA returns once work is queued, so such a timer measures the
    queueing.
+4. **A collective's answer read on the host at every step.** `.item()` or `.tolist()` of a tensor
+   built on the device (a factory with `device=`, or moved with `.to(device)`) that a collective in the
+   same function filled, inside a loop, or a call inside a loop of a function of the same file that
+   does so (`stop_requested(...)` after every step). Under nccl the read waits for the GPU to finish
+   all the work queued so far, so the CPU can no longer queue the next step while the GPU runs this
+   one. A decision that every step needs travels as a CPU tensor on a gloo group instead. A function
+   that synchronizes anyway (a timer) loses nothing more by reading; where the read every step is
+   meant, a comment on its line says "waits for the GPU".
 
 A move counts when its argument names a device: `.to(device)`, `.to(x.device)`, `.to("cuda")`,
 `.to(f"cuda:{rank}")`, `.cuda()`; `.to(torch.float64)` changes the dtype and is no move.
@@ -42,6 +50,8 @@ COLLECTIVES = {
 }  # fmt: skip
 CLOCKS = {"perf_counter", "monotonic", "time"}
 SYNCS = {"synchronize", "now", "wait_for_device"}
+HOST_READS = {"item", "tolist"}
+READ_MEANT = re.compile(r"#.*\bwaits for the GPU\b")
 DEVICE_WORDS = re.compile(r"device|cuda", re.I)
 CPU_MEANT = re.compile(r"#.*\bon the CPU\b")
 
@@ -170,7 +180,101 @@ def check_source(source: str, path: str = "<source>") -> list[Finding]:
                     what = f"DDP({ast.unparse(wrapped)}) was never moved"
                     findings.append(Finding(path, call.lineno, "unmoved-model-in-ddp", what))
     findings += _unsynchronized_clocks(tree, path, says_cpu)
+    findings += _host_reads_every_step(tree, path, lines)
     return sorted(set(findings), key=lambda f: f.line)
+
+
+def _on_device(expr: ast.AST) -> bool:
+    """A tensor built on a device: a torch factory given `device=` that names one, or a move."""
+    for n in ast.walk(expr):
+        if (
+            isinstance(n, ast.Call)
+            and isinstance(n.func, ast.Attribute)
+            and isinstance(n.func.value, ast.Name)
+            and n.func.value.id == "torch"
+            and n.func.attr in FACTORIES
+            and any(k.arg == "device" and DEVICE_WORDS.search(ast.unparse(k.value)) for k in n.keywords)
+        ):
+            return True
+    return _moves(expr)
+
+
+def _every_step(loop: ast.For | ast.While, steppers: set[str]) -> list[ast.Call]:
+    """The calls that a training loop makes at every step: a loop whose own body (not a nested loop's)
+    steps an optimizer or runs a backward pass, itself or through a function of the file that does
+    (`steppers`), leaving out what sits under an `if` on a modulo (`if
+    step % N == 0`: every N steps) and in nested loops (checked as loops of their own)."""
+
+    def walk(node, gated: bool):
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef, ast.For, ast.While)):
+                continue
+            inner = gated or (isinstance(child, ast.If) and any(isinstance(n, ast.Mod) for n in ast.walk(child.test)))
+            if isinstance(child, ast.Call):
+                yield child, gated
+            yield from walk(child, inner)
+
+    calls = list(walk(loop, False))
+    if not any(_name(c.func) in ("step", "backward") or _name(c.func) in steppers for c, _ in calls):
+        return []
+    return [c for c, gated in calls if not gated]
+
+
+def _host_reads_every_step(tree: ast.Module, path: str, lines: list[str]) -> list[Finding]:
+    """Rule 4: `.item()`/`.tolist()` of a device tensor in a loop, or a call in a loop of a function of
+    this file that reads one."""
+
+    def meant(line: int) -> bool:
+        return 0 < line <= len(lines) and bool(READ_MEANT.search(lines[line - 1]))
+
+    functions = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    reads: dict[int, list[ast.Call]] = {}  # id(function) -> its host reads of device tensors
+    for function in functions:
+        scope = _Scope(function)
+        assigned = scope.assignments()
+        calls = [n for n in scope.nodes if isinstance(n, ast.Call)]
+        if any(_synchronizes(c) for c in calls):  # a timer: the GPU is drained already
+            continue
+        collected = {  # names that a collective of this function fills
+            a.id
+            for c in calls
+            if _name(c.func) in COLLECTIVES and isinstance(c.func, ast.Attribute)
+            for a in list(c.args) + [k.value for k in c.keywords]
+            if isinstance(a, ast.Name)
+        }
+        for call in calls:
+            if not (isinstance(call.func, ast.Attribute) and call.func.attr in HOST_READS and not meant(call.lineno)):
+                continue
+            read = call.func.value
+            if not (isinstance(read, ast.Name) and read.id in collected):
+                continue
+            earlier = [a for a in assigned.get(read.id, []) if a.lineno < call.lineno]
+            if earlier and _on_device(earlier[-1].value):
+                reads.setdefault(id(function), []).append(call)
+    readers = {f.name: reads[id(f)][0] for f in functions if id(f) in reads}
+    steppers = {  # functions that take one step: they step an optimizer or run a backward pass, in no loop
+        f.name
+        for f in functions
+        if not any(isinstance(n, (ast.For, ast.While)) for n in ast.walk(f))
+        and any(_name(c.func) in ("step", "backward") for c in ast.walk(f) if isinstance(c, ast.Call))
+    }
+
+    findings = []
+    for function in functions:
+        scope = _Scope(function)
+        for loop in (n for n in scope.nodes if isinstance(n, (ast.For, ast.While))):
+            for call in _every_step(loop, steppers):
+                if call in reads.get(id(function), []):
+                    what = f"{ast.unparse(call)} reads a device tensor on the host at every step"
+                    findings.append(Finding(path, call.lineno, "host-read-every-step", what))
+                elif _name(call.func) in readers and isinstance(call.func, ast.Name) and not meant(call.lineno):
+                    inner = readers[_name(call.func)]
+                    what = (
+                        f"{_name(call.func)}() reads a device tensor on the host ({ast.unparse(inner)}, line "
+                        f"{inner.lineno}) at every step"
+                    )
+                    findings.append(Finding(path, call.lineno, "host-read-every-step", what))
+    return findings
 
 
 def _moved_later(scope: _Scope, name: str, after: int, before: int, in_place: bool) -> bool:

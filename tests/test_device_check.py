@@ -31,4 +31,9 @@ def test_the_check_finds_each_class_of_bug_in_a_seeded_file():
     found = {f.line: f.rule for f in check_file(SEEDED, REPO)}
     # The seeded file marks what must be flagged; the rest (moved, synchronized, CPU meant) must pass.
     assert found == flagged, found
-    assert set(found.values()) == {"cpu-tensor-in-collective", "unmoved-model-in-ddp", "clock-without-synchronize"}
+    assert set(found.values()) == {
+        "cpu-tensor-in-collective",
+        "unmoved-model-in-ddp",
+        "clock-without-synchronize",
+        "host-read-every-step",
+    }

@@ -90,3 +90,45 @@ def train_fixed(model: nn.Module, x: torch.Tensor) -> float:
     model(x).sum().backward()
     torch.cuda.synchronize()
     return time.perf_counter() - start
+
+
+def checkpoint_on_time(model: nn.Module, opt, device: torch.device, every: float) -> None:
+    """The checkpoint page's clock, as it was: rank 0's decision on the device, read back every step."""
+    last = time.monotonic()  # on the CPU: a schedule, not a timer
+    for _step in range(40):
+        model(torch.ones(8, 4, device=device)).sum().backward()
+        opt.step()
+        due = torch.tensor([time.monotonic() - last >= every], dtype=torch.uint8, device=device)
+        dist.broadcast(due, src=0)
+        if due.item():  # flagged: host-read-every-step
+            last = time.monotonic()  # on the CPU
+
+
+def stop_requested(device: torch.device) -> bool:
+    flag = torch.zeros(1, device=device)
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    return bool(flag.item())
+
+
+def stop_requested_on_gloo(group) -> bool:
+    flag = torch.zeros(1)  # on the CPU, for the gloo group
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=group)
+    return bool(flag.item())
+
+
+def train_step(model: nn.Module, opt, device: torch.device) -> None:
+    model(torch.ones(8, 4, device=device)).sum().backward()
+    opt.step()
+
+
+def train_until_asked(model: nn.Module, opt, device: torch.device, group) -> None:
+    for step in range(40):
+        train_step(model, opt, device)
+        if stop_requested(device):  # flagged: host-read-every-step
+            break
+        if step % 10 == 0 and stop_requested(device):  # every 10 steps: the read is rare
+            break
+        if stop_requested_on_gloo(group):  # a CPU tensor: no wait for the GPU
+            break
+    for case in range(2):  # a loop over runs, not steps
+        train_until_asked(model, opt, device, group) if case > 1 else stop_requested(device)
