@@ -26,6 +26,8 @@ DISTRIBUTED = [p for p in EXAMPLE_SCRIPTS if p not in ONE_PROCESS]
 DISTRIBUTED_IDS = [str(p.relative_to(REPO)) for p in DISTRIBUTED]
 FIRST = REPO / "examples/data_parallel/step01_manual_allreduce.py"  # the lesson page that explains the setup
 SETUP_START = "# --8<-- [start:setup]"
+# torchrun's report of a rank that a signal ended: `exitcode: -9`, `exitcode  : -9 (pid: ...)`.
+SIGNALLED = re.compile(r"exitcode\s*:\s*-\d+")
 
 
 @pytest.mark.fast
@@ -40,7 +42,13 @@ def test_example_passes_its_self_check(script, command_runs, record_property):
     assert str(script.relative_to(REPO)) in command, f"the docstring's command does not launch {script.name}"
     # The self-check asserts the page's claim and only then prints "self-check passed": a run that
     # skipped its checks cannot pass (docexec.rule, the rule that the GPU check applies too).
-    command_runs.run_ok(command, expected=Expected(self_check=True))
+    result = command_runs.run_ok(command, expected=Expected(self_check=True))
+    # Safe to paste: run as its docstring says, with no fault injected, it kills no process of its own,
+    # and leaves every file it found where it ran (the reader's `checkpoints/` folder among them,
+    # docexec.commands.READERS_FILES) as it was.
+    assert not result.disturbed, f"{script.name} changed or removed files it did not create: {result.disturbed}"
+    killed = SIGNALLED.findall(result.stderr)
+    assert not killed, f"{script.name}: torchrun reports a rank ended by a signal: {killed}\n{result.describe()}"
     record_property("executed", "examples")
 
 
