@@ -3,11 +3,20 @@ the diff on the page is made from the two files."""
 
 from __future__ import annotations
 
+import os
 import re
+import runpy
+import shutil
+import signal
 import sys
+import time
+from pathlib import Path
 
 import pytest
+import torch
+import torch.distributed as dist
 
+from docexec.commands import Background, command_env
 from docexec.fences import DOCS, REPO
 
 ONE = "python examples/convert/step01_one_process.py"
@@ -38,3 +47,87 @@ def test_the_page_shows_the_diff_of_the_two_files():
     assert "<!-- diff:" not in rendered and "```diff" in rendered and diff in rendered
     assert "+    model = DDP(model.to(device))" in diff.splitlines()  # the change the page is about
     assert "--8<--" not in diff  # snippet markers are the site's, not the reader's code
+
+
+# The second conversion: a language model on a token stream, with no DataLoader (step04 -> step05).
+LM_ONE = "python examples/convert/step04_token_stream_one_process.py"
+LM_DDP = "torchrun --standalone --nproc_per_node=2 examples/convert/step05_token_stream_ddp.py"
+LM_SCRIPT = REPO / "examples/convert/step05_token_stream_ddp.py"
+EPOCH_LINE = re.compile(r"epoch (\d+): lr ([\d.e-]+), validation loss ([\d.]+)")
+
+
+@pytest.mark.processes
+def test_the_token_stream_conversion_makes_the_one_process_scripts_decisions(command_runs):
+    """step05 on 2 ranks against step04 itself, the reader's script: the same learning rates, the
+    same early stop, and validation losses within the 2e-3 that float32 rounding grows to at this
+    learning rate (the example's self-check compares with its own one-process run, and float64)."""
+    one, two = command_runs.run_ok(LM_ONE).stdout, command_runs.run_ok(LM_DDP).stdout
+    epochs_one, epochs_two = EPOCH_LINE.findall(one), EPOCH_LINE.findall(two)
+    assert [e[:2] for e in epochs_one] == [e[:2] for e in epochs_two], (one, two)
+    assert max(abs(float(a[2]) - float(b[2])) for a, b in zip(epochs_one, epochs_two)) < 5e-3, (one, two)
+    assert "2 epochs without a better validation loss: stopping" in one and two  # the early stop happens
+    assert len({lr for _, lr, _ in epochs_two}) >= 3, two  # and the plateau annealed more than once
+    test_loss = re.compile(r"best model: validation loss [\d.]+, test loss ([\d.]+)")
+    assert abs(float(test_loss.search(one).group(1)) - float(test_loss.search(two).group(1))) <= 1e-3
+
+
+@pytest.mark.processes
+def test_in_float64_the_ranks_end_with_one_process_s_weights(command_runs):
+    """The page's claim: rounding, not the conversion, parts the float32 weights."""
+    out = command_runs.run_ok(f"{LM_DDP} --dtype float64").stdout
+    weights = re.search(r"max \|ranks - one process\|: validation loss (\S+), weights (\S+)", out)
+    assert weights and float(weights.group(2)) < 1e-7 and float(weights.group(1)) < 1e-9, out
+
+
+@pytest.mark.processes
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "Ctrl-C"])
+def test_a_signal_to_torchrun_saves_a_checkpoint_at_a_step_and_torchrun_exits_1(tmp_path: Path, sig):
+    """What the page says a reader sees after `kill -TERM` or Ctrl-C (SIGINT to torchrun alone: its
+    workers run in sessions of their own): torchrun passes the signal on, both ranks stop at the same
+    step, rank 0 saves once, the ranks exit well inside torchrun's 30 s grace, and torchrun, which
+    re-raises the signal as an exception, exits 1."""
+    shutil.copy(LM_SCRIPT, tmp_path)
+    command = ["torchrun", "--standalone", "--nproc_per_node=2", LM_SCRIPT.name]  # no shell: the pid is torchrun's
+    with Background(command, tmp_path / "out.txt", cwd=tmp_path, env=command_env(gpu=False)) as run:
+        deadline = time.monotonic() + 60
+        while "columns each" not in run.output() and run.proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)  # the handlers are installed: the line is printed after them
+        assert "columns each" in run.output() and run.proc.poll() is None, run.output()
+        signalled = time.monotonic()
+        os.kill(run.pid, sig)
+        returncode = run.wait(timeout_s=60)
+        took = time.monotonic() - signalled
+        text = run.output()
+    assert not run.leftovers, f"left running: {run.leftovers}"
+    assert returncode == 1 and f"got signal: {int(sig)}" in text, text
+    stopped = re.findall(r"stopped at epoch (\d+), step (\d+): saved stopped.pt", text)
+    assert len(stopped) == 1 and "self-check passed" not in text and "Traceback" not in text.split("stopped at")[0]
+    assert took < 25, f"the ranks took {took:.1f} s to stop: near torchrun's 30 s before SIGKILL"
+    checkpoint = torch.load(tmp_path / "stopped.pt", weights_only=True)
+    assert (checkpoint["epoch"], checkpoint["step"]) == tuple(map(int, stopped[0])), checkpoint.keys()
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("name", ["step04_token_stream_one_process.py", "step05_token_stream_ddp.py"])
+def test_importing_the_script_as_a_worker_does_runs_nothing(name, capsys):
+    """DataLoader workers started with forkserver or spawn import the main module as `__mp_main__`:
+    behind `if __name__ == "__main__"`, the training does not run again in each of them."""
+    runpy.run_path(str(REPO / "examples/convert" / name), run_name="__mp_main__")
+    assert capsys.readouterr() == ("", "") and not dist.is_initialized()
+
+
+@pytest.mark.fast
+def test_columns_that_do_not_divide_stop_every_rank_with_one_line(monkeypatch, capsys):
+    """3 ranks and 20 columns: rank 0 says why in one line and exits 2, instead of each rank taking
+    20 // 3 columns and 2 going untrained. (The page's 3-rank command checks it under torchrun.)"""
+    script = runpy.run_path(str(LM_SCRIPT), run_name="step05")
+    monkeypatch.setattr(sys, "argv", ["step05_token_stream_ddp.py"])
+    monkeypatch.setenv("WORLD_SIZE", "3")
+    monkeypatch.setenv("RANK", "0")
+    with pytest.raises(SystemExit) as stopped:
+        script["parse_args"]()
+    assert stopped.value.code == 2
+    assert capsys.readouterr().err == (
+        "error: 20 training and 10 validation columns do not split evenly over 3 processes; "
+        "launch 1, 2, 5 or 10: torchrun --standalone --nproc_per_node=2 step05_token_stream_ddp.py\n"
+    )
