@@ -90,9 +90,10 @@ def global_batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 # --8<-- [start:step]
-def train_step(model, opt, step: int, device) -> int:
+def train_step(model, opt, step: int, device, group) -> int:
     """One optimizer step on the global batch: this rank's share, in micro-batches. Returns the
-    samples that every rank together trained on, which must be GLOBAL_BATCH at any world size."""
+    samples that every rank together trained on (summed on `group`, a gloo group), which must be
+    GLOBAL_BATCH at any world size."""
     rank, world = dist.get_rank(), dist.get_world_size()
     accumulation = GLOBAL_BATCH // (world * MICRO_BATCH)  # 2 on 2 ranks, 4 on 1: the global batch stays
     x, y = global_batch(step)
@@ -104,8 +105,8 @@ def train_step(model, opt, step: int, device) -> int:
         loss.backward()
     opt.step()
     opt.zero_grad()
-    samples = torch.tensor([x[mine].shape[0]], device=device)
-    dist.all_reduce(samples)
+    samples = torch.tensor([x[mine].shape[0]])  # on the CPU: a count, summed on the gloo group
+    dist.all_reduce(samples, group=group)
     return int(samples.item())
 
 
@@ -142,10 +143,10 @@ def load_latest(model, opt, folder: Path) -> tuple[int, list]:
 # --8<-- [end:checkpoint]
 
 
-def stop_requested(device) -> bool:
+def stop_requested(group) -> bool:
     """Whether any rank got SIGTERM: the largest flag wins, so every rank stops at the same step."""
-    flag = torch.tensor([1.0 if STOP.is_set() else 0.0], device=device)
-    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    flag = torch.tensor([1.0 if STOP.is_set() else 0.0])  # on the CPU, for the gloo group
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=group)
     return bool(flag.item())
 
 
@@ -153,6 +154,9 @@ def train(args: argparse.Namespace, device: torch.device) -> None:
     world, folder = dist.get_world_size(), Path(args.ckpt_dir)
     folder.mkdir(parents=True, exist_ok=True)
     model, opt = build(init_device_mesh(device.type, (world,)))
+    # Answers read on the host every step (the sample count, the stop flag) meet on the CPU, on a gloo
+    # group: a CUDA tensor read with .item() would make the CPU wait for the GPU at every step.
+    group = dist.new_group(backend="gloo", timeout=timedelta(seconds=TIMEOUT_S))
     signal.signal(signal.SIGTERM, lambda signum, frame: STOP.set())  # act on it between steps
     # --8<-- [start:resume]
     step, history = load_latest(model, opt, folder)
@@ -162,9 +166,9 @@ def train(args: argparse.Namespace, device: torch.device) -> None:
         f"{accumulation} micro-batch{'es' * (accumulation > 1)} of {MICRO_BATCH} per rank")  # fmt: skip
     # --8<-- [end:resume]
     while step < STEPS:
-        assert train_step(model, opt, step, device) == GLOBAL_BATCH, "the global batch changed"
+        assert train_step(model, opt, step, device, group) == GLOBAL_BATCH, "the global batch changed"
         step += 1
-        stopping = step < STEPS and stop_requested(device)
+        stopping = step < STEPS and stop_requested(group)
         if step % CKPT_EVERY == 0 or stopping:
             save(model, opt, step, history, folder)
         if stopping:  # torchrun restarts the workers: a node left or joined. Nothing is lost.
