@@ -56,8 +56,11 @@ def release_dtensor_caches() -> None:
     """Let destroy_process_group free the process group on gloo. torch 2.13's DTensor keeps every
     DeviceMesh it has used in caches, and a mesh holds its groups; gloo cannot stop the threads of a
     group that is still held, and they race the interpreter's exit, which can abort it (the known torch
-    issue on the data-parallelism page). nccl stops its threads at destroy and needs none of this.
-    These caches are torch internals: each is cleared only where this torch has it."""
+    issue on the data-parallelism page). On torch 2.13, without this, gloo threads outlived the group in
+    every example that calls it, and with any one of the four caches left alone, in most of them; torch
+    clears the first in its own tests for the same reason (https://github.com/pytorch/pytorch/pull/172504).
+    nccl stops its threads at destroy and needs none of this. These caches are torch internals: each is
+    cleared only where this torch has it."""
     if dist.get_backend() != "gloo":
         return
     from torch.distributed.tensor import _collective_utils, _redistribute, debug
