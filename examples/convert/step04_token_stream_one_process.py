@@ -108,6 +108,9 @@ def main() -> None:
                 break
     model.load_state_dict(torch.load(args.out, weights_only=True))
     print(f"best model: validation loss {best:.4f}, test loss {evaluate(model, test):.4f}")
+    assert evaluate(model, val) == best, "the model read back is not the best one saved"
+    assert best < 1.4, f"the model did not learn: validation loss {best:.4f}, where a guess scores 2.77"
+    print("self-check passed")
 
 
 if __name__ == "__main__":
