@@ -160,7 +160,7 @@ def test_next_at_the_foot_of_a_routes_page_is_the_routes_next_page(site_dir):
 # products and papers are names, not abbreviations.
 ABBREVIATION = re.compile(r"(?<![-\w])(?:ZeRO|[A-Z][A-Z0-9]+)s?\b")
 KNOWN = {"GPU", "GPUs", "CPU", "CPUs", "GB", "MB", "KB", "TB", "TCP", "IP", "API", "APIs", "CUDA", "CI"}
-NAMES = {"NVIDIA", "H100", "V100", "V100s", "PCI", "SIG", "SXM", "NDR", "HGX", "GB200", "NVL72", "ZBV", "SDEs"}
+NAMES = {"NVIDIA", "H100", "V100", "V100s", "PCI", "SIG", "SXM", "NDR", "HGX", "DGX", "GB200", "NVL72", "ZBV", "SDEs"}
 NAMES |= {"SIGTERM", "SIGKILL", "USR1"}  # signals, by their names
 
 
