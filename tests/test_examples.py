@@ -15,7 +15,7 @@ import pytest
 from docexec.commands import ALLOWED_IN_EXAMPLES
 from docexec.fences import REPO, all_examples, example_command
 from docexec.rule import Expected
-from tools.sync_examples import SOURCE, differing_blocks
+from tools.sync_examples import SOURCE, differing_blocks, source_blocks, stamp
 
 EXAMPLE_SCRIPTS = all_examples()
 IDS = [str(p.relative_to(REPO)) for p in EXAMPLE_SCRIPTS]
@@ -70,6 +70,17 @@ def test_example_blocks_match_their_one_source(script):
     where = script.relative_to(REPO)
     drifted = [f"{where}: block {name} differs from {SOURCE.relative_to(REPO)}" for name in differing_blocks(script)]
     assert not drifted, "\n".join(drifted) + "\nrun make sync-examples"
+
+
+@pytest.mark.fast
+def test_sync_examples_replaces_the_drifted_blocks_and_no_other_line():
+    """Another engineer's edit in the same file survives the stamp; a drifted block does not."""
+    text = FIRST.read_text()
+    drifted = text.replace("1800 s or more", "an hour").replace("exit code 2\n", "exit 2\n", 1)
+    edited = drifted.replace("GLOBAL_BATCH = 64", "GLOBAL_BATCH = 32")  # outside every block
+    stamped, changed = stamp(edited, source_blocks())
+    assert changed == ["setup", "timeout_comment"]
+    assert stamped == text.replace("GLOBAL_BATCH = 64", "GLOBAL_BATCH = 32")
 
 
 @pytest.mark.fast
