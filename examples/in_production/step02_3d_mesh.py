@@ -91,7 +91,8 @@ def release_dtensor_caches() -> None:
     issue on the data-parallelism page). On torch 2.13, without this, gloo threads outlived the group in
     every example that calls it, and with any one of the four caches left alone, in most of them; torch
     clears the first in its own tests for the same reason (https://github.com/pytorch/pytorch/pull/172504).
-    nccl stops its threads at destroy and needs none of this. These caches are torch internals: each is
+    torch 2.14.1 keeps all four, each still holding meshes. nccl stops its threads at destroy and needs
+    none of this. These caches are torch internals: each is
     cleared only where this torch has it."""
     if dist.get_backend() != "gloo":
         return
