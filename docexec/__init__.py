@@ -17,7 +17,10 @@ A command that names files under examples/ runs in an empty folder that holds co
 and, of this repository, only the `distdocs` modules that examples may import (ALLOWED_IN_EXAMPLES),
 so that it passes only if the examples work when copied out. Every launched Python process loads an
 exit probe (`docexec/exit_probe/`) that reports a gloo process group that outlived
-`destroy_process_group`, the cause of aborts at exit. Tests get one `CommandRuns` for the session
+`destroy_process_group`, the cause of aborts at exit. A run may ask for a fault (`fault=` on a page's
+command fence, `CommandRuns.run(..., fault=...)`): `docexec/faults/` then takes the probe's place on
+the path, loads it, and SIGKILLs a rank at a step or cuts a checkpoint write short, once per run, so
+that the examples carry no fault of their own. Tests get one `CommandRuns` for the session
 from the `command_runs` fixture (tests/conftest.py); its methods fail the test with the run's report:
 
 - `run_ok(command)`: exit code 0, in time, no process left, no abort, no group left alive (but for
