@@ -205,13 +205,11 @@ def with_faults(env: dict[str, str]) -> dict[str, str]:
     return env | {"PYTHONPATH": os.pathsep.join(path if str(FAULTS) in path else [str(FAULTS), *path])}
 
 
-def snapshot(folder: Path) -> dict[str, str]:
-    """Every file under `folder`, by relative path, with a hash of its bytes."""
-    return {
-        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(folder.rglob("*"))
-        if p.is_file()
-    }
+def snapshot(folder: Path, only: set[str] | None = None) -> dict[str, str]:
+    """Every file under `folder` (or those of `only` that still exist), by relative path, with a hash
+    of its bytes."""
+    files = sorted(folder.rglob("*")) if only is None else [folder / p for p in sorted(only)]
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest() for p in files if p.is_file()}
 
 
 def lay_out_as_copied(command: str, folder: Path) -> dict[str, str]:
@@ -335,7 +333,7 @@ class CommandRuns:
             env["DISTDOCS_RECORDS"] = str(records)
             result = run_command(command, timeout_s=COMMAND_TIMEOUT_S, cwd=cwd, env=env)
             result.records = [json.loads(f.read_text()) for f in sorted(records.iterdir())]
-            after = snapshot(cwd) if before else {}
+            after = snapshot(cwd, only=set(before)) if before else {}  # what the run wrote is its own
             result.disturbed = [
                 f"{p} ({'removed' if p not in after else 'changed'})" for p in before if before[p] != after.get(p)
             ]
