@@ -38,6 +38,7 @@ LR = 8.0
 CLIP = 0.25
 MIN_DELTA = 1e-3  # an epoch that improves the validation loss less than this anneals the learning rate
 PATIENCE = 2  # ... and this many such epochs in a row stop the training
+STOP_EVERY = 10  # steps between the ranks' checks for a stop signal: each costs an all_reduce and, on a GPU, a sync
 
 
 def log(*args) -> None:
@@ -118,7 +119,7 @@ def evaluate(model: nn.Module, raw: CharLM, data: torch.Tensor, group: dist.Proc
         for i in range(0, len(data) - 1, BPTT):
             x, y = data[i : i + BPTT], data[i + 1 : i + 1 + BPTT]
             out, hidden = model(x[: len(y)], hidden)
-            totals[0] += nn.functional.cross_entropy(out.flatten(0, 1), y.flatten(), reduction="sum").item()
+            totals[0] += nn.functional.cross_entropy(out.flatten(0, 1), y.flatten(), reduction="sum")
             totals[1] += y.numel()
     model.train()
     dist.all_reduce(totals, group=group)
@@ -149,13 +150,15 @@ def fit(model: nn.Module, streams, args, device, group, say=log) -> tuple[list, 
         hidden = raw.init_hidden(train.size(1))  # this rank's columns, not BATCH
         for step, i in enumerate(range(0, len(train) - 1, BPTT)):
             # --8<-- [start:stop]
-            stop[0] = stop_requested
-            dist.all_reduce(stop, op=dist.ReduceOp.MAX, group=group)  # any rank asked: all stop, at this step
-            if stop.item():
-                if rank == 0:
-                    torch.save({"model": raw.state_dict(), "lr": lr, "epoch": epoch, "step": step}, args.checkpoint)
-                    say(f"stopped at epoch {epoch}, step {step}: saved {args.checkpoint}")
-                return history, math.nan
+            if step % STOP_EVERY == 0:  # not every step: .item() waits for the GPU, ending its run-ahead
+                stop[0] = stop_requested
+                dist.all_reduce(stop, op=dist.ReduceOp.MAX, group=group)  # any rank asked: all stop here
+                if stop.item():
+                    if rank == 0:
+                        state = {"model": raw.state_dict(), "lr": lr, "epoch": epoch, "step": step}
+                        torch.save(state, args.checkpoint)
+                        say(f"stopped at epoch {epoch}, step {step}: saved {args.checkpoint}")
+                    return history, math.nan
             # --8<-- [end:stop]
             x, y = train[i : i + BPTT], train[i + 1 : i + 1 + BPTT]
             hidden = hidden.detach()  # backpropagate through this window only
@@ -196,8 +199,10 @@ def run(args: argparse.Namespace, device: torch.device) -> None:
     ]
     torch.manual_seed(0)  # the same initial weights on every rank
     model = DDP(CharLM().to(device, getattr(torch, args.dtype)))
+    # --8<-- [start:register]
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
+    # --8<-- [end:register]
     log(f"{world_size} ranks, {BATCH // world_size} columns each")
     history, test_loss = fit(model, streams, args, device, dist.group.WORLD)
     if stop_requested:
