@@ -35,6 +35,7 @@ FAULTS = Path(__file__).resolve().parent / "faults"
 # the environment variable that docexec/faults/sitecustomize.py reads.
 FAULT_WORDS = {
     "kill-rank": "DISTDOCS_FAULT_KILL_RANK",
+    "kill-group": "DISTDOCS_FAULT_KILL_GROUP",  # a torchft replica group, by its REPLICA_GROUP_ID
     "kill-at-step": "DISTDOCS_FAULT_KILL_AT_STEP",
     "kill-launcher": "DISTDOCS_FAULT_KILL_LAUNCHER",
     "kill-in-write": "DISTDOCS_FAULT_KILL_IN_WRITE",

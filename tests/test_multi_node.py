@@ -57,8 +57,8 @@ def test_two_launchers_end_where_one_machine_ends(command_runs, which):
 def test_torchft_groups_train_on_and_end_with_the_same_weights(command_runs):
     """The page's torchft command (run once for this test and test_docs): group 1 dies and heals, group 0
     trains on; both end with one hash, and group 0's record shows a step that counted its batch alone."""
-    (command,) = [c for c in page_commands() if "step04_torchft.py" in c]
-    result = command_runs.run_ok(command)
+    (fence,) = [f for f in classify(PAGE) if f.kind == "command" and "step04_torchft.py" in f.command]
+    result = command_runs.run_ok(fence.command, fault=fence.attrs.get("fault"))  # group 1's loss: injected
     hashes = re.findall(r"^\[group (\d)\] weights_sha256=(\w+)$", result.stdout, re.M)
     assert sorted(g for g, _ in hashes) == ["0", "1"] and len({h for _, h in hashes}) == 1, result.describe()
     counted = re.search(r"^groups whose batches counted, step by step: (.+)$", result.stdout, re.M)

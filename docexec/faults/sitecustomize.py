@@ -10,6 +10,9 @@ Driven by environment variables, read in each process at start-up:
   SIGKILLs itself once it has taken N optimizer steps, just before its optimizer applies step N (a
   global step pre-hook counts them); with DISTDOCS_FAULT_KILL_LAUNCHER=1 it SIGKILLs its launcher
   first, as a lost node loses both.
+- DISTDOCS_FAULT_KILL_GROUP=G and DISTDOCS_FAULT_KILL_AT_STEP=N: torchft's replica group G (its
+  REPLICA_GROUP_ID) dies, launcher first, as its Manager is about to start the quorum of step N,
+  before that step has begun: a whole group lost between two steps.
 - DISTDOCS_FAULT_KILL_IN_WRITE=K: the process that renames its K-th checkpoint file (a `*.pt` name)
   into place instead cuts the temporary file to half its bytes and SIGKILLs itself: a write cut short.
 - DISTDOCS_FAULT_ONCE=PATH: the fault fires once per run, whatever the restarts: the first process to
@@ -17,7 +20,8 @@ Driven by environment variables, read in each process at start-up:
   steps from where it resumed, and would otherwise die again).
 
 Before it kills, the process says so on stdout, in a line the pages' excerpts show:
-`[rank 1] SIGKILL at step 13`, `[rank 0] SIGKILL halfway through writing step-00000012.pt`."""
+`[rank 1] SIGKILL at step 13`, `[group 1] SIGKILL at step 12`, `[rank 0] SIGKILL halfway through writing
+step-00000012.pt`."""
 
 import os
 import signal
@@ -35,8 +39,8 @@ def _fire_once() -> bool:
     return True
 
 
-def _die(message: str, launcher_too: bool = False) -> None:
-    print(f"[rank {os.environ.get('RANK', '?')}] {message}", flush=True)
+def _die(message: str, launcher_too: bool = False, who: str = "") -> None:
+    print(f"[{who or 'rank ' + os.environ.get('RANK', '?')}] {message}", flush=True)
     if launcher_too:
         os.kill(os.getppid(), signal.SIGKILL)  # the launcher first: the node is gone
     os.kill(os.getpid(), signal.SIGKILL)  # a lost process: no cleanup, no goodbye
@@ -53,6 +57,19 @@ def _kill_at_step(at_step: int, launcher_too: bool) -> None:
         taken[0] += 1
 
     register_optimizer_step_pre_hook(count)
+
+
+def _kill_group_at_step(group: str, at_step: int) -> None:
+    from torchft.manager import Manager
+
+    start_quorum = Manager.start_quorum
+
+    def start_quorum_or_die(self, *args, **kwargs):
+        if self.current_step() == at_step and _fire_once():
+            _die(f"SIGKILL at step {at_step}", launcher_too=True, who=f"group {group}")
+        return start_quorum(self, *args, **kwargs)
+
+    Manager.start_quorum = start_quorum_or_die
 
 
 def _kill_in_write(nth: int) -> None:
@@ -75,6 +92,9 @@ def _install() -> None:
     env = os.environ
     if "RANK" not in env:  # the launcher, or a process outside the job: nothing to inject
         return
+    group = env.get("DISTDOCS_FAULT_KILL_GROUP")
+    if group is not None and group == env.get("REPLICA_GROUP_ID") and "DISTDOCS_FAULT_KILL_AT_STEP" in env:
+        _kill_group_at_step(group, int(env["DISTDOCS_FAULT_KILL_AT_STEP"]))
     if env.get("DISTDOCS_FAULT_KILL_RANK") == env["RANK"] and "DISTDOCS_FAULT_KILL_AT_STEP" in env:
         _kill_at_step(int(env["DISTDOCS_FAULT_KILL_AT_STEP"]), env.get("DISTDOCS_FAULT_KILL_LAUNCHER") == "1")
     if "DISTDOCS_FAULT_KILL_IN_WRITE" in env:

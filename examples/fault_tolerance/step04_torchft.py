@@ -14,7 +14,6 @@ import argparse
 import gc
 import hashlib
 import os
-import signal
 import sys
 import time
 from datetime import timedelta
@@ -39,14 +38,11 @@ STEPS, BATCH, LR = 40, 16, 0.05  # the model, data and optimizer of the checkpoi
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--host-lighthouse", action="store_true", help="run the lighthouse in this process")
-    p.add_argument("--kill-at-step", type=int, help="SIGKILL this group, launcher first, at this step")
     p.add_argument("--step-seconds", type=float, default=0.1, help="sleep after each step (default: 0.1)")
     args = p.parse_args()
     problems = []
     if "TORCHFT_LIGHTHOUSE" not in os.environ or "REPLICA_GROUP_ID" not in os.environ:
         problems.append("set TORCHFT_LIGHTHOUSE (the lighthouse's URL) and REPLICA_GROUP_ID (this group's number)")
-    if args.kill_at_step is not None and not 0 < args.kill_at_step < STEPS:
-        problems.append(f"--kill-at-step must be in 1..{STEPS - 1}")
     if not 0 <= args.step_seconds <= 10:
         problems.append("--step-seconds must be in 0..10")
     if problems:
@@ -115,10 +111,6 @@ def run(args: argparse.Namespace, group: int, device: torch.device) -> None:
     # --8<-- [start:train]
     while manager.current_step() < STEPS:
         step = manager.current_step()  # a step that failed is tried again, with the same data
-        if step == args.kill_at_step:
-            print(f"[group {group}] SIGKILL at step {step}", flush=True)
-            os.kill(os.getppid(), signal.SIGKILL)  # the launcher first: the whole group is gone
-            os.kill(os.getpid(), signal.SIGKILL)
         opt.zero_grad()  # also starts this step's quorum: who is alive, and who must heal first
         manager.wait_quorum()  # a group that must heal copies a live group's state here
         step = manager.current_step()  # after healing, the live groups' step

@@ -15,6 +15,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -70,10 +71,18 @@ def torchft_run(kill_at_step: int, later_s: float = 0.0, step_seconds: float = 0
     torchrun = shutil.which("torchrun", path=os.path.dirname(sys.executable)) or "torchrun"
     lines: list[tuple[float, str]] = []  # each line of output, with when it arrived
     readers: list[threading.Thread] = []
+    fired = tempfile.mkdtemp(prefix="distdocs-fault-")  # the fault fires once: not in the replacement
     start = time.monotonic()
 
     def launch(group: int, *extra: str) -> subprocess.Popen:
         env = {**os.environ, "TORCHFT_LIGHTHOUSE": f"http://127.0.0.1:{port}", "REPLICA_GROUP_ID": str(group)}
+        # Group 1's loss is injected as the doc tests inject it (docexec/faults): the example kills nothing.
+        env |= {
+            "DISTDOCS_FAULT_KILL_GROUP": "1",
+            "DISTDOCS_FAULT_KILL_AT_STEP": str(kill_at_step),
+            "DISTDOCS_FAULT_ONCE": os.path.join(fired, "fault-fired"),
+            "PYTHONPATH": os.pathsep.join(p for p in (str(recovery.FAULTS), os.environ.get("PYTHONPATH")) if p),
+        }
         command = [torchrun, "--standalone", "--nproc_per_node=1", EXAMPLE, "--step-seconds", str(step_seconds), *extra]
         # A session of its own, so that its ranks end with it (kill_session)
         proc = subprocess.Popen(
@@ -89,7 +98,7 @@ def torchft_run(kill_at_step: int, later_s: float = 0.0, step_seconds: float = 0
         return proc
 
     port = free_port()
-    procs = [launch(0, "--host-lighthouse"), launch(1, "--kill-at-step", str(kill_at_step))]
+    procs = [launch(0, "--host-lighthouse"), launch(1)]
     try:
         procs[1].wait(timeout=timeout_s)
         time.sleep(later_s)
@@ -100,6 +109,7 @@ def torchft_run(kill_at_step: int, later_s: float = 0.0, step_seconds: float = 0
         for proc in procs:
             kill_session(proc.pid)
             proc.wait()
+        shutil.rmtree(fired, ignore_errors=True)
     for reader in readers:  # a process's output ends when it does
         reader.join(timeout=10)
     text = "".join(line for _, line in lines)
