@@ -12,7 +12,8 @@ this is what `make sync-examples` reads. Nothing imports or runs this file.
 A copy is found the same way here as in an example:
 - `setup`: the lines between `# --8<-- [start:setup]` and `# --8<-- [end:setup]`;
 - `timeout_comment`: the comment lines right above `NPROC_PER_NODE = `;
-- `log`, `now`, `usage_error`, `release_dtensor_caches`: the top-level function of that name, whole.
+- `log`, `now`, `usage_error`, `release_dtensor_caches`, `save_atomically`: the top-level function of
+  that name, whole.
 What differs between examples stays out of the blocks: NPROC_PER_NODE and TIMEOUT_S are named
 constants, and parse_args and run are each example's own (the stand-ins below only let ruff check this
 file as Python).
@@ -22,6 +23,7 @@ import argparse
 import gc
 import os
 import sys
+import tempfile
 import time
 from datetime import timedelta
 
@@ -65,6 +67,24 @@ def usage_error(message: str) -> None:
         print(f"error: {message}", file=sys.stderr, flush=True)
         sys.exit(2)
     sys.exit(0)
+
+
+def save_atomically(state: dict, path: str, group: dist.ProcessGroup | None = None) -> None:
+    """Rank 0 of `group` writes a temporary file beside `path`, flushes it to disk, then renames it over
+    `path`: a crash leaves the old checkpoint or the new one, never half of one. Every rank waits for it."""
+    if dist.get_rank(group) == 0:
+        folder = os.path.dirname(os.path.abspath(path))
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".checkpoint-", delete=False) as f:
+            torch.save(state, f)
+            f.flush()
+            os.fsync(f.fileno())  # the bytes reach the disk before the new name does
+        os.replace(f.name, path)  # atomic on POSIX: readers see the old file or the new one
+        fd = os.open(folder, os.O_RDONLY)  # and make the rename itself durable
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    dist.barrier(group)  # nobody reads or trains past a checkpoint that is not on disk yet
 
 
 def release_dtensor_caches() -> None:

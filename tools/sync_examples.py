@@ -20,7 +20,7 @@ from docexec.fences import REPO, all_examples
 
 SOURCE = REPO / "tools/example_blocks.py"
 SNIPPETS = ("setup",)  # between `# --8<-- [start:NAME]` and `# --8<-- [end:NAME]`
-FUNCTIONS = ("log", "now", "usage_error", "release_dtensor_caches")
+FUNCTIONS = ("log", "now", "usage_error", "release_dtensor_caches", "save_atomically")
 TIMEOUT_COMMENT = "timeout_comment"  # the comment lines right above `NPROC_PER_NODE = `
 BLOCKS = (*SNIPPETS, TIMEOUT_COMMENT, *FUNCTIONS)
 

@@ -56,6 +56,24 @@ def usage_error(message: str) -> None:
     sys.exit(0)
 
 
+def save_atomically(state: dict, path: str, group: dist.ProcessGroup | None = None) -> None:
+    """Rank 0 of `group` writes a temporary file beside `path`, flushes it to disk, then renames it over
+    `path`: a crash leaves the old checkpoint or the new one, never half of one. Every rank waits for it."""
+    if dist.get_rank(group) == 0:
+        folder = os.path.dirname(os.path.abspath(path))
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".checkpoint-", delete=False) as f:
+            torch.save(state, f)
+            f.flush()
+            os.fsync(f.fileno())  # the bytes reach the disk before the new name does
+        os.replace(f.name, path)  # atomic on POSIX: readers see the old file or the new one
+        fd = os.open(folder, os.O_RDONLY)  # and make the rename itself durable
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    dist.barrier(group)  # nobody reads or trains past a checkpoint that is not on disk yet
+
+
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="best.pt", help="where the best model goes (default: best.pt)")
@@ -144,7 +162,7 @@ def fit(model: nn.Module, streams, args, device, group, say=log) -> tuple[list, 
     loss of the best model, or stops at a step boundary when any rank was asked to."""
     raw = model.module if isinstance(model, DDP) else model  # the script's own methods live on the module
     train, val, test = (my_columns(s, group).to(device) for s in streams)
-    rank, history, stop = dist.get_rank(group), [], torch.zeros(1, device=device)
+    history, stop = [], torch.zeros(1, device=device)
     best, lr, bad_epochs = math.inf, LR, 0
     for epoch in range(EPOCHS):
         hidden = raw.init_hidden(train.size(1))  # this rank's columns, not BATCH
@@ -154,10 +172,9 @@ def fit(model: nn.Module, streams, args, device, group, say=log) -> tuple[list, 
                 stop[0] = stop_requested
                 dist.all_reduce(stop, op=dist.ReduceOp.MAX, group=group)  # any rank asked: all stop here
                 if stop.item():
-                    if rank == 0:
-                        state = {"model": raw.state_dict(), "lr": lr, "epoch": epoch, "step": step}
-                        torch.save(state, args.checkpoint)
-                        say(f"stopped at epoch {epoch}, step {step}: saved {args.checkpoint}")
+                    state = {"model": raw.state_dict(), "lr": lr, "epoch": epoch, "step": step}
+                    save_atomically(state, args.checkpoint, group)  # a kill mid-write keeps the last one
+                    say(f"stopped at epoch {epoch}, step {step}: saved {args.checkpoint}")
                     return history, math.nan
             # --8<-- [end:stop]
             x, y = train[i : i + BPTT], train[i + 1 : i + 1 + BPTT]
@@ -176,14 +193,13 @@ def fit(model: nn.Module, streams, args, device, group, say=log) -> tuple[list, 
         # --8<-- [start:decide]
         if val_loss < best - MIN_DELTA:  # the summed loss, the same number on every rank: the same decisions
             best, bad_epochs = val_loss, 0
-            if rank == 0:
-                torch.save(raw.state_dict(), args.out)  # once, the plain module's weights
+            save_atomically(raw.state_dict(), args.out, group)  # rank 0 writes the plain module's weights
         else:
             lr, bad_epochs = lr / 4, bad_epochs + 1
             if bad_epochs == PATIENCE:
                 say(f"{PATIENCE} epochs without a better validation loss: stopping")
                 break
-    dist.barrier(group)  # rank 0 has written the file before any rank opens it
+    # save_atomically ended in a barrier: rank 0 had written the file before any rank opens it
     raw.load_state_dict(torch.load(args.out, map_location=device, weights_only=True))
     # --8<-- [end:decide]
     test_loss, _ = evaluate(model, raw, test, group)

@@ -72,10 +72,10 @@ def train(model, opt, first: int, last: int, device, every: float | None, path: 
 
 
 # --8<-- [start:atomic_save]
-def save_atomically(state: dict, path: str) -> None:
-    """Rank 0 writes a temporary file beside `path`, flushes it to disk, then renames it over `path`:
-    a crash leaves the old checkpoint or the new one, never half of one. Every rank waits for it."""
-    if dist.get_rank() == 0:
+def save_atomically(state: dict, path: str, group: dist.ProcessGroup | None = None) -> None:
+    """Rank 0 of `group` writes a temporary file beside `path`, flushes it to disk, then renames it over
+    `path`: a crash leaves the old checkpoint or the new one, never half of one. Every rank waits for it."""
+    if dist.get_rank(group) == 0:
         folder = os.path.dirname(os.path.abspath(path))
         with tempfile.NamedTemporaryFile(dir=folder, prefix=".checkpoint-", delete=False) as f:
             torch.save(state, f)
@@ -87,7 +87,7 @@ def save_atomically(state: dict, path: str) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
-    dist.barrier()  # nobody trains past a checkpoint that is not on disk yet
+    dist.barrier(group)  # nobody reads or trains past a checkpoint that is not on disk yet
 
 
 # --8<-- [end:atomic_save]
