@@ -1,5 +1,6 @@
-"""docs/multi-gpu/debugging.md and docs/deep-dives/debugging-in-depth.md: each broken example fails the way the page says, within its bound,
-and the diagnostic the page shows names the cause. The page's own commands and excerpts are run by
+"""docs/multi-gpu/debugging.md and docs/deep-dives/debugging-in-depth.md: each broken example fails the
+way the page says, within its bound, and the diagnostic the page shows names the cause. The pages' own
+commands and excerpts are run by
 test_docs.py; this file checks what they cannot: timings, a stack dump of a live hung rank, the
 failures without the diagnostic, and the torch behaviour the page warns about."""
 
