@@ -66,9 +66,14 @@ def output_mismatch(shown: str, actual: str) -> str | None:
 
 def excerpt_missing(shown: str, actual: str) -> str | None:
     """None when every line of `shown` appears in some line of `actual`, numbers aside (pids, ports
-    and times differ from run to run); else the first line that does not."""
-    actual_lines = [NUMBER.sub("#", ln) for ln in actual.splitlines()]
+    and times differ from run to run), and with them the width of the columns they are aligned in;
+    else the first line that does not."""
+
+    def aside(line: str) -> str:
+        return " ".join(NUMBER.sub("#", line).split())
+
+    actual_lines = [aside(ln) for ln in actual.splitlines()]
     for line in (ln.strip() for ln in shown.strip("\n").splitlines()):
-        if line and not any(NUMBER.sub("#", line) in a for a in actual_lines):
+        if line and not any(aside(line) in a for a in actual_lines):
             return f"the page shows {line!r}, which the command no longer prints"
     return None

@@ -207,9 +207,15 @@ def test_the_ranks_pacing_gives_tcs_steps_within_10_percent_and_the_model_predic
         pytest.skip("needs root: the overview's run paced its links in the ranks too, with no tc to compare")
     result = command_runs.run_ok(lab_without_root())
     assert bench.EMULATION_SAYS["ranks"] in result.stdout, result.describe()
-    ranks = parse_points(result.stdout)
+    # the lab draws its points rather than printing the table: read the run it made, as data
+    (run,) = [r for r in result.records if r["benchmark"] == "emulated"]
+    ranks = {
+        (r["case"], r["workers"], r["accumulation"]): {"best": r["best_s"], "predicted": r["predicted_s"]}
+        for r in run["records"]
+        if r["case"] == "production" and r["link"] == "100mbit"  # what the lab's step 3 draws
+    }
     shared = {("production", n, k) for n in (1, 2, 4, 8) for k in (1, 4)}
-    assert set(ranks) == shared, result.describe()
+    assert set(ranks) >= shared, result.describe()
     apart = {key: round(ranks[key]["best"] / live["points"][key]["best"], 3) for key in shared}
     off = {key: r for key, r in apart.items() if abs(r - 1) > 0.10}
     assert not off, f"ranks' steps over tc's, off by more than 10%: {off}\n{result.stdout}\n{live['out']}"

@@ -3,7 +3,7 @@ the last digit shown, or rounding noise that grows past float32's tolerance."""
 
 import pytest
 
-from docexec.outputs import output_mismatch
+from docexec.outputs import excerpt_missing, output_mismatch
 
 pytestmark = pytest.mark.fast  # the test tier: see the testing page
 
@@ -38,3 +38,11 @@ def test_real_changes_fail():
     assert "line 5" in output_mismatch(SHOWN + DIGEST, SHOWN + "weights_sha256=1bc8885f\n")  # not a digest
     assert "line 4" in output_mismatch(SHOWN, SHOWN.replace("passed", "failed"))
     assert "lines" in output_mismatch(SHOWN, SHOWN + "extra\n")
+
+
+def test_an_excerpt_ignores_numbers_and_the_column_widths_they_set_but_not_words():
+    shown = "   0  0-1            973                      1946                    2.5\ntokens dropped: 0"
+    run = "rank\n   0  0-1            973                      1946                   10.2\ntokens dropped: 0\n"
+    assert excerpt_missing(shown, run) is None  # a time of 10 ms takes one column more than 2.5 ms
+    assert excerpt_missing(shown, run.replace("0-1", "0 1")) is not None  # a dash is not a number
+    assert excerpt_missing(shown, run.replace("dropped", "kept")) is not None
