@@ -264,10 +264,14 @@ def test_the_ranks_wire_delivers_the_exact_sum_in_the_time_its_bytes_and_latency
         nodes = world.run(_paced_ring, nbytes, LinkSpec("100mbit", latency, per_node=2))
     due = 2 * (n - 1) / n * nbytes * beta + 2 * (n - 1) * latency
     assert all(r["exact"] and r["messages"] == 2 * (n - 1) and r["bytes"] == 2 * (n - 1) * nbytes // n for r in flat)
+    # Each rank times from its own exit of the barrier, and the ranks leave it a little apart: a fresh
+    # clone's suite measured the two-node ring 0.8% under its bytes' time. Unpaced, it takes a few ms.
+    skew = 0.97
     slowest = max(r["s"] for r in flat)
-    assert due <= slowest <= 1.15 * due, (slowest, due)
+    assert skew * due <= slowest <= 1.15 * due, (slowest, due)
     bytes_time = 2 * (n - 1) / n * nbytes * beta
-    assert all(r["exact"] for r in nodes) and bytes_time <= max(r["s"] for r in nodes) <= 1.15 * due
+    slowest = max(r["s"] for r in nodes)
+    assert all(r["exact"] for r in nodes) and skew * bytes_time <= slowest <= 1.15 * due, (slowest, bytes_time)
 
 
 @pytest.mark.fast
