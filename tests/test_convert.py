@@ -90,9 +90,11 @@ def test_a_signal_to_torchrun_saves_a_checkpoint_at_a_step_and_torchrun_exits_1(
     command = ["torchrun", "--standalone", "--nproc_per_node=2", LM_SCRIPT.name]  # no shell: the pid is torchrun's
     with Background(command, tmp_path / "out.txt", cwd=tmp_path, env=command_env(gpu=False)) as run:
         deadline = time.monotonic() + 60
-        while "columns each" not in run.output() and run.proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.1)  # the handlers are installed: the line is printed after them
-        assert "columns each" in run.output() and run.proc.poll() is None, run.output()
+        # Rank 0 prints "epoch 0:" after an evaluation whose all_reduce both ranks joined, so both have
+        # installed their handlers; its first line, printed before rank 1 had, once let SIGINT kill rank 1.
+        while "epoch 0:" not in run.output() and run.proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert "epoch 0:" in run.output() and run.proc.poll() is None, run.output()
         signalled = time.monotonic()
         os.kill(run.pid, sig)
         returncode = run.wait(timeout_s=60)
