@@ -30,7 +30,7 @@ build: $(STAMP)
 pdf: build chromium
 	$(BIN)/python -m tools.browser pdf site distdocs.pdf
 
-# Lighthouse's scores for a page of each kind, on a phone and a desktop, saved to benchmarks/lighthouse.*
+# Lighthouse's scores for a page of each kind, on a phone and a desktop, saved to measurements/lighthouse.*
 # (the testing page shows them). Needs node; installs Lighthouse into .audit/ on first use. Not part of
 # `make test`: it takes minutes, and the scores move with the machine's load.
 audit: build chromium
@@ -74,18 +74,18 @@ check-upstream: $(STAMP)
 	$(BIN)/python -m pytest -m upstream tests/test_upstream.py
 
 # Every example under another release of torch, by the tests' rule (tools/torch_check.py): a second venv,
-# .venv-torch-VERSION, and a report under benchmarks/. Not part of `make test`: several GB to install.
+# .venv-torch-VERSION, and a report under measurements/. Not part of `make test`: several GB to install.
 test-torch: $(STAMP)
 	@test -n "$(VERSION)" || { echo "usage: make test-torch VERSION=2.14.1" >&2; exit 2; }
 	$(BIN)/python -m tools.torch_check $(VERSION)
 
 # The nccl half of every "runs unchanged on GPUs": on a CUDA machine, every GPU tab and every example,
-# one process per GPU, reported in benchmarks/gpu-check.txt. Without CUDA it skips, saying so.
+# one process per GPU, reported in measurements/gpu-check.txt. Without CUDA it skips, saying so.
 gpu-check: $(STAMP)
 	PATH=$(BIN):$$PATH $(BIN)/python -m tools.gpu_check
 
 # Re-measure the data that the pages quote, with the machine recorded beside the numbers: every entry of
-# benchmarks/saved-data.yml whose target is bench, in order (the list also says which pages and tests
+# measurements/saved-data.yml whose target is bench, in order (the list also says which pages and tests
 # read each file).
 bench: $(STAMP)
 	$(BIN)/python -m tools.saved_data run bench
@@ -95,14 +95,14 @@ soak: $(STAMP)
 	DISTDOCS_SOAK=20 $(BIN)/python -m pytest tests/test_fault_tolerance.py -k kill_point -v
 
 # The exit soak: examples launched again and again under torchrun (8 of them, 125 times each, in turns),
-# counting the launches in which a rank aborted at exit. Saved with the machine to benchmarks/exits-cpu.*;
+# counting the launches in which a rank aborted at exit. Saved with the machine to measurements/exits-cpu.*;
 # about an hour and a half on 2 cores. `make test` checks every run's exit directly (docexec/exit_probe).
 exit-soak: $(STAMP)
 	$(BIN)/python -m tools.saved_data run exit-soak
 
 # The preemption soak: the SLURM job preempted fifty times (scancel --batch --signal=USR1), each job
 # cancelled once it trains again, counting the runs in which the ranks did not save on SIGTERM. Saved
-# with the machine to benchmarks/slurm-preempt-soak-cpu.*; about half an hour; root (a SLURM cluster in
+# with the machine to measurements/slurm-preempt-soak-cpu.*; about half an hour; root (a SLURM cluster in
 # network namespaces). `make test` preempts the job once.
 preempt-soak: $(STAMP) slurm
 	$(BIN)/python -m tools.saved_data run preempt-soak

@@ -3,6 +3,7 @@ session, with a hard timeout, and kill whatever it left running."""
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import fcntl
 import hashlib
@@ -49,16 +50,15 @@ READERS_FILES = {
     "notes.txt": "a file of the reader's, beside the example\n",
 }
 EXAMPLE_PATH = re.compile(r"\bexamples/[\w/]+\.py\b")
-# The distdocs modules an example may import, each for the reason given: a piece its page builds, or
-# one the page measures with. They import nothing from distdocs but each other, so that a reader who
-# copies an example and `pip install -e .` gets all an example needs.
+# The distdocs modules an example may import: those of `distdocs.training`, the pieces that run
+# inside a training job, each with the first line of its docstring as the reason. They import nothing
+# from distdocs but each other (tests/test_library.py), so that a reader who copies an example and
+# `pip install -e .` gets all an example needs.
+TRAINING = REPO / "src" / "distdocs" / "training"
 ALLOWED_IN_EXAMPLES = {
-    "collectives": "the ring, tree and naive allreduces that the collectives page builds from messages",
-    "ddp": "BucketedDDP, the data-parallel wrapper that Inside DDP builds from hooks and buckets",
-    "pipeline": "gpipe_step, the schedule that the pipeline page writes by hand",
-    "attention": "ring_attention, which the context-parallelism page builds",
-    "checkpoint": "the atomic save and retention that the checkpointing page builds and the examples reuse",
-    "timing": "the step and slowest-rank timers the debugging guide shares with the benchmarks",
+    path.stem: ast.get_docstring(ast.parse(path.read_text())).split("\n")[0]
+    for path in sorted(TRAINING.glob("*.py"))
+    if path.stem != "__init__"
 }
 
 # Helpers that end on their own once their parent has gone (multiprocessing's resource tracker, say)
@@ -224,8 +224,7 @@ def lay_out_as_copied(command: str, folder: Path) -> dict[str, str]:
     package = folder / "allowed" / "distdocs"
     package.mkdir(parents=True)
     (package / "__init__.py").write_text('"""Only the modules that examples may import."""\n')
-    for name in ALLOWED_IN_EXAMPLES:
-        shutil.copy(REPO / "src" / "distdocs" / f"{name}.py", package / f"{name}.py")
+    shutil.copytree(TRAINING, package / "training", ignore=shutil.ignore_patterns("__pycache__"))
     return {"PYTHONPATH": os.pathsep.join([str(EXIT_PROBE), str(folder / "allowed")])}
 
 

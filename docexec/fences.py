@@ -45,7 +45,7 @@ KINDS = {
 REPO = Path(__file__).resolve().parent.parent
 DOCS = REPO / "docs"
 EXAMPLES = REPO / "examples"
-SNIPPET_BASES = (EXAMPLES, REPO / "src", REPO / "benchmarks", REPO / "tests", REPO / "includes")  # as in mkdocs.yml
+SNIPPET_BASES = (EXAMPLES, REPO / "src", REPO / "measurements", REPO / "tests", REPO / "includes")  # as in mkdocs.yml
 
 SHELL_LANGS = {"bash", "sh", "shell", "console"}
 COMMAND_PREFIXES = ("torchrun ", "python ", "python3 ", "distdocs")

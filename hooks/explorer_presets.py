@@ -1,5 +1,5 @@
 """A MkDocs hook: put the scaling explorer's network presets into its page, from the one cost model.
-The presets are distdocs.costmodel's, plus α and β fitted to this repository's saved allreduce run,
+The presets are distdocs.calculators.costmodel's, plus α and β fitted to this repository's saved allreduce run,
 so the page and `distdocs sim` can never disagree on a preset."""
 
 from __future__ import annotations
@@ -7,16 +7,16 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from distdocs.costmodel import PRESETS, load_fit
+from distdocs.calculators.costmodel import PRESETS, load_fit
 from distdocs.lab.links import rate_bits
 
 PLACEHOLDER = "<!-- explorer-presets -->"
-SAVED_RUN = Path(__file__).resolve().parent.parent / "benchmarks" / "allreduce-cpu.json"
+SAVED_RUN = Path(__file__).resolve().parent.parent / "measurements" / "allreduce-cpu.json"
 # The compute-bound model measured at 1 and 2 ranks over loopback and dialled links
 # (docs/lesson/gradient-accumulation.md).
-THREE_LINKS = Path(__file__).resolve().parent.parent / "benchmarks" / "prediction-links-cpu.json"
+THREE_LINKS = Path(__file__).resolve().parent.parent / "measurements" / "prediction-links-cpu.json"
 # The scale model's saved sweep (distdocs.bench.emulated), and its backend's allreduces at once.
-SCALE_MODEL = Path(__file__).resolve().parent.parent / "benchmarks" / "emulated-links-cpu.json"
+SCALE_MODEL = Path(__file__).resolve().parent.parent / "measurements" / "emulated-links-cpu.json"
 GLOO_LANES = 2  # distdocs.bench.emulated.GLOO_LANES; a test holds the two equal
 SAMPLES_PER_RANK = 1024  # distdocs.bench.scaling.MODELS["compute-bound"]; a test holds the two equal
 LINK_NAMES = {"loopback": "loopback, one machine", "1gbit": "a 1 Gbit/s link", "100mbit": "a 100 Mbit/s link"}

@@ -8,7 +8,7 @@ The testing appendix states it for readers; this module is it:
   shows open;
 - **an exercise**, 5 minutes to work it; **a quiz question**, 1 minute;
 - **a command**, a minute to start it and read what it prints, plus its run time: measured, in
-  `benchmarks/command-times.json` (`python -m tools.command_times`), since a command that trains for
+  `measurements/command-times.json` (`python -m tools.command_times`), since a command that trains for
   a minute takes a minute whoever reads it. A notebook's code cells run as one command. Commands
   that two machines or a cluster run count the minute alone; of a CPU and a GPU tab, the CPU's.
 
@@ -32,7 +32,7 @@ if str(REPO) not in sys.path:  # the fence classifier lives in the repository's 
 from docexec.fences import SNIPPET_BASES, classify, parse_fences  # noqa: E402
 
 DOCS = REPO / "docs"
-COMMAND_TIMES = REPO / "benchmarks/command-times.json"
+COMMAND_TIMES = REPO / "measurements/command-times.json"
 WORDS_PER_MINUTE = 200
 CODE_LINES_PER_MINUTE = 20
 EXERCISE_MINUTES = 5

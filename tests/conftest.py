@@ -283,7 +283,7 @@ def pytest_collection_modifyitems(config, items):
         )
 
 
-DURATIONS = REPO / "benchmarks/test-durations.json"  # each test's wall seconds in a profiled run
+DURATIONS = REPO / "measurements/test-durations.json"  # each test's wall seconds in a profiled run
 
 
 def longest_first(items: list, config) -> list:

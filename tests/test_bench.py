@@ -30,11 +30,11 @@ from distdocs.bench import (
 from distdocs.bench import slurm as slurm_bench
 from distdocs.bench import torchft as torchft_bench
 from distdocs.bench.harness import median_after_warmup
-from distdocs.costmodel import Network
+from distdocs.calculators.costmodel import Network
 
 from docexec.fences import REPO, page_command
 
-SAVED = REPO / "benchmarks"
+SAVED = REPO / "measurements"
 NCCL_TESTS_FIELDS = {"impl", "world_size", "bytes", "time_s", "algbw_gbps", "busbw_gbps", "busbw_ratio_vs_gloo"}
 
 
@@ -428,7 +428,7 @@ def test_the_saved_preemption_soak_saved_on_every_signal():
     assert len(runs) >= 50 and {r["event"] for r in runs} == {"preempt"}
     assert [r["job"] for r in runs if r["missing"]] == []
     assert all(r["checkpoint_step"] == r["resumed_from"] > 0 and r["restarts"] == 1 for r in runs)
-    assert f"medians of {len(runs)}" in (REPO / "benchmarks/slurm-preempt-soak-cpu.txt").read_text()
+    assert f"medians of {len(runs)}" in (REPO / "measurements/slurm-preempt-soak-cpu.txt").read_text()
 
 
 @pytest.mark.fast

@@ -1,4 +1,4 @@
-"""distdocs.checkpoint: atomic writes that a crash cannot break, retention, checksums with fallback,
+"""distdocs.training.checkpoint: atomic writes that a crash cannot break, retention, checksums with fallback,
 weights_only loading, RNG states, and clear errors for bad folders and foreign checkpoints."""
 
 import os
@@ -10,7 +10,7 @@ import sys
 import pytest
 import torch
 
-from distdocs import checkpoint as ck
+from distdocs.training import checkpoint as ck
 
 
 def state(step: int) -> dict:
@@ -116,7 +116,7 @@ def test_keep_below_one_is_refused(tmp_path):
 HALF_WRITTEN = """
 import resource, signal, sys
 import torch
-from distdocs import checkpoint as ck
+from distdocs.training import checkpoint as ck
 
 folder = sys.argv[1]
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit then fails with EFBIG, as on a full disk

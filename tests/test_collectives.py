@@ -1,5 +1,5 @@
-"""distdocs.collectives.ring_allreduce (and the tree, naive and two-level allreduces) against gloo's all_reduce:
-any length (0 and 1 included), any shape, float32, float64, int64 and bfloat16, world sizes 1 to 4,
+"""distdocs.training.collectives.ring_allreduce (and the tree, naive and two-level allreduces) against
+gloo's all_reduce: any length (0 and 1 included), any shape, float32, float64, int64 and bfloat16, world sizes 1 to 4,
 and clear errors for bad input.
 
 Hypothesis draws the cases in this process and sends each to long-lived ranks (distdocs.lab.world.World),
@@ -19,8 +19,14 @@ import torch.distributed as dist
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from distdocs.collectives import naive_allreduce, node_groups, ring_allreduce, tree_allreduce, two_level_allreduce
 from distdocs.lab.world import RankFailed, World
+from distdocs.training.collectives import (
+    naive_allreduce,
+    node_groups,
+    ring_allreduce,
+    tree_allreduce,
+    two_level_allreduce,
+)
 
 pytestmark = pytest.mark.processes  # the test tier: see the testing page
 

@@ -49,12 +49,12 @@ def test_an_example_command_sees_only_the_distdocs_modules_examples_may_import()
     script = "examples/collectives/step02_ring_allreduce.py"
     probe = (
         f"python -c \"import os; print(sorted(os.listdir('examples/collectives')))\" && "
-        f"python -c 'import distdocs.collectives, distdocs.ddp, distdocs.pipeline' && "
-        f"python -c 'import distdocs.memory' # {script}"
+        f"python -c 'import distdocs.training.collectives, distdocs.training.ddp, distdocs.training.pipeline' && "
+        f"python -c 'import distdocs.calculators.memory' # {script}"
     )
     result = CommandRuns().run(probe)
     assert result.stdout.splitlines() == ["['step02_ring_allreduce.py']"], result.describe()
-    assert "No module named 'distdocs.memory'" in result.stderr, result.describe()
+    assert "No module named 'distdocs.calculators.memory'" in result.stderr, result.describe()
 
 
 def _side_by_side(*calls):

@@ -1,4 +1,4 @@
-"""The cost model (distdocs.costmodel) and `distdocs sim`: formulas checked against hand-derived
+"""The cost model (distdocs.calculators.costmodel) and `distdocs sim`: formulas checked against hand-derived
 values, the fit against timings made from known α and β, and bad input."""
 
 import json
@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from distdocs import cli
-from distdocs.costmodel import (
+from distdocs.calculators.costmodel import (
     PRESETS,
     Network,
     Workload,
@@ -18,7 +18,7 @@ from distdocs.costmodel import (
     fit_alpha_beta,
     from_scaling,
     load_fit,
-    simulate,
+    predict_steps,
     step_time,
 )
 
@@ -64,7 +64,7 @@ def test_fit_recovers_alpha_and_beta_from_exact_timings():
 
 def test_fit_of_the_saved_allreduce_run_describes_it():
     """The saved 2-rank gloo timings follow α + S·β closely; the fit reports how closely."""
-    fit = load_fit("benchmarks/allreduce-cpu.json", "gloo", world_size=2)
+    fit = load_fit("measurements/allreduce-cpu.json", "gloo", world_size=2)
     assert fit.points >= 2 and fit.relative_rms < 0.25
     assert 0 < fit.network.alpha < 1e-2 and 0.1 < fit.network.gb_per_s < 100
 
@@ -105,8 +105,8 @@ def test_ddp_closes_a_bucket_at_a_parameters_end_once_it_holds_its_limit():
     assert ddp_buckets(0.5 * mib) == [0.5 * mib]
 
 
-def test_simulate_gives_speedup_and_efficiency_against_one_rank():
-    steps = simulate(Workload(100e6, 0.5e-3, 64), [1, 2, 8], PRESETS["pcie4"])
+def test_predict_steps_gives_speedup_and_efficiency_against_one_rank():
+    steps = predict_steps(Workload(100e6, 0.5e-3, 64), [1, 2, 8], PRESETS["pcie4"])
     assert steps[0].speedup == 1 and steps[0].exposed_sync == 0
     for s in steps:
         assert s.speedup == pytest.approx(s.world_size * steps[0].step / s.step)
@@ -137,7 +137,7 @@ def test_sim_prints_a_table_and_json_with_the_same_numbers(capsys, tmp_path):
     table = capsys.readouterr().out
     assert cli.main([*argv, "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    expected = simulate(Workload(100e6, 0.5e-3, 64), [1, 8], PRESETS["pcie4"])
+    expected = predict_steps(Workload(100e6, 0.5e-3, 64), [1, 8], PRESETS["pcie4"])
     assert [s["speedup"] for s in data["steps"]] == pytest.approx([s.speedup for s in expected])
     assert f"{expected[1].speedup:.2f}x" in table.splitlines()[-1]
     assert (tmp_path / "s.svg").read_text().startswith("<?xml")
@@ -145,7 +145,7 @@ def test_sim_prints_a_table_and_json_with_the_same_numbers(capsys, tmp_path):
 
 def test_sim_with_a_fit_reads_the_saved_benchmark(capsys):
     assert cli.main(["sim", "--params", "8.4M", "--compute-per-sample", "3.8", "--micro-batch", "8",
-                     "--fit", "benchmarks/allreduce-cpu.json", "--fit-world-size", "2"]) == 0  # fmt: skip
+                     "--fit", "measurements/allreduce-cpu.json", "--fit-world-size", "2"]) == 0  # fmt: skip
     assert "relative RMS error" in capsys.readouterr().out
 
 
@@ -163,7 +163,7 @@ def test_sim_with_a_fit_reads_the_saved_benchmark(capsys):
         ["--bandwidth", "0", "--latency", "5"],
         ["--gradient-dtype", "fp8"],
         ["--fit", "pyproject.toml"],
-        ["--fit", "benchmarks/scaling-cpu.json"],
+        ["--fit", "measurements/scaling-cpu.json"],
     ],
 )
 def test_bad_sim_arguments_get_one_line_and_exit_2(extra, capsys):
@@ -178,26 +178,26 @@ def test_bad_sim_arguments_get_one_line_and_exit_2(extra, capsys):
 
 def test_calibration_on_the_saved_scaling_run_reproduces_its_two_rank_speedup():
     """By construction: the 1-rank step is the compute and the 2-rank step's extra time the sync."""
-    with open("benchmarks/scaling-cpu.json") as f:
+    with open("measurements/scaling-cpu.json") as f:
         records = json.load(f)["records"]
     for model in ("compute-bound", "sync-bound"):
         for k in (1, 4):
             work, network = from_scaling(records, model, k)
             measured = next(r for r in records if (r["model"], r["accumulation"], r["world_size"]) == (model, k, 2))
-            two = simulate(work, [1, 2], network)[1]
+            two = predict_steps(work, [1, 2], network)[1]
             assert two.speedup == pytest.approx(measured["speedup"], rel=1e-9)
 
 
 def test_sim_measured_needs_a_model_and_a_scaling_file(capsys):
-    assert cli.main(["sim", "--measured", "benchmarks/scaling-cpu.json"]) == 2
-    assert cli.main(["sim", "--measured", "benchmarks/allreduce-cpu.json", "--model", "sync-bound"]) == 2
-    assert cli.main(["sim", "--measured", "benchmarks/scaling-cpu.json", "--model", "sync-bound"]) == 0
+    assert cli.main(["sim", "--measured", "measurements/scaling-cpu.json"]) == 2
+    assert cli.main(["sim", "--measured", "measurements/allreduce-cpu.json", "--model", "sync-bound"]) == 2
+    assert cli.main(["sim", "--measured", "measurements/scaling-cpu.json", "--model", "sync-bound"]) == 0
 
 
 def test_what_the_production_page_says_of_its_recommendation_model():
     """docs/operations/in-production.md: 100M parameters, 10 µs a sample, 2048 samples per GPU, 8 GPUs."""
     at8 = {
-        (net, k): simulate(Workload(100e6, 1e-5, 2048, accumulation=k), [1, 8], PRESETS[net])[1]
+        (net, k): predict_steps(Workload(100e6, 1e-5, 2048, accumulation=k), [1, 8], PRESETS[net])[1]
         for net in PRESETS
         for k in (1, 4)
     }
@@ -231,7 +231,7 @@ def test_two_links_reduce_to_one_when_nodes_hold_one_rank_and_price_what_crosses
     """With one rank a node, the flat ring and the two-level allreduce are the ring over the link
     between nodes. With k ranks a node sharing its link, the two-level allreduce sends 2(N-1)/N * S
     across (N nodes), the flat ring 2(n-1)/n * S: at 2 nodes of 2, S against 1.5 S."""
-    from distdocs.costmodel import allreduce_on_nodes_seconds, flat_ring_on_nodes_seconds, two_level_seconds
+    from distdocs.calculators.costmodel import allreduce_on_nodes_seconds, flat_ring_on_nodes_seconds, two_level_seconds
 
     inside, between, s = Network(1e-6, 1e-11), Network(5e-5, 1e-8), 2**24
     ring = allreduce_seconds(s, 4, between)

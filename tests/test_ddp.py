@@ -1,4 +1,4 @@
-"""distdocs.ddp.BucketedDDP: bucket layout, and a clear error instead of a hang for unused parameters.
+"""distdocs.training.ddp.BucketedDDP: bucket layout, and a clear error instead of a hang for unused parameters.
 (Equality with torch's DDP is the self-check of examples/data_parallel/step03_ddp_from_scratch.py.)"""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import pytest
 import torch
 from torch import nn
 
-from distdocs.ddp import BucketedDDP
 from distdocs.lab.world import RankFailed, spawn_world
+from distdocs.training.ddp import BucketedDDP
 
 pytestmark = pytest.mark.processes  # the test tier: see the testing page
 

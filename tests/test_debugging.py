@@ -112,7 +112,7 @@ def test_the_fixes_pass_their_self_checks(command_runs, fixed):
 
 
 def saved_rows(name: str) -> list[list[str]]:
-    lines = (REPO / "benchmarks" / name).read_text().splitlines()
+    lines = (REPO / "measurements" / name).read_text().splitlines()
     return [
         ln.split() for ln in lines if ln.strip() and ln.split()[0].isdigit() or ln.split()[:1] in (["mistake"], ["fix"])
     ]
@@ -231,7 +231,7 @@ def test_the_job_command_the_block_printed_runs_the_scale_model_on_1_to_16_worke
     points follow the cost model within 10% up to 8 workers; at 16, sixteen ranks' host work at the
     end of each step queues on two cores, and the model is held within 15%."""
     command = page_command("docs/multi-gpu/debugging.md", "bench emulated --job")
-    saved = (REPO / "benchmarks/debugging-slower-cpu.txt").read_text()
+    saved = (REPO / "measurements/debugging-slower-cpu.txt").read_text()
     assert re.search(r"^mistake:.*\n(?:  .*\n)*?  on 1 to 16 GPUs: (.*)$", saved, re.M)[1] == command
     (run,) = command_runs.run_ok(command).records
     points = {r["workers"]: r for r in run["records"]}

@@ -15,7 +15,7 @@ from docexec.fences import REPO, all_examples
 
 pytestmark = pytest.mark.fast  # the test tier: see the testing page
 
-CHECKED = all_examples() + [REPO / "src" / "distdocs" / f"{name}.py" for name in ALLOWED_IN_EXAMPLES]
+CHECKED = all_examples() + [REPO / "src" / "distdocs" / "training" / f"{name}.py" for name in ALLOWED_IN_EXAMPLES]
 SEEDED = REPO / "tests" / "faulty_scripts" / "device_bugs.py"
 
 

@@ -90,7 +90,7 @@ def test_example_imports_torch_and_at_most_the_piece_its_page_builds(script):
     modules = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     modules |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
     ours = {m for m in modules if m.split(".")[0] == "distdocs"}
-    assert len(ours) <= 1 and ours <= {f"distdocs.{name}" for name in ALLOWED_IN_EXAMPLES}, ours
+    assert len(ours) <= 1 and ours <= {f"distdocs.training.{name}" for name in ALLOWED_IN_EXAMPLES}, ours
     if ours:
         assert "pip install -e ." in ast.get_docstring(tree), "say in the docstring how to install the piece"
     # The two frameworks whose pages teach them: DeepSpeed (launchers) and torchft (multi-node).

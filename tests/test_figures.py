@@ -14,7 +14,7 @@ from docexec.fences import REPO
 
 pytestmark = pytest.mark.fast  # the test tier: see the testing page
 
-LR_DATA = REPO / "benchmarks" / "lr-scaling-cpu.json"
+LR_DATA = REPO / "measurements" / "lr-scaling-cpu.json"
 
 
 def test_lr_figure_is_drawn_from_its_data():
@@ -39,7 +39,7 @@ def test_figures_command_draws_the_file_and_rejects_bad_arguments(tmp_path, caps
     assert capsys.readouterr().err.startswith("usage: ")
 
 
-LOCAL_SGD_DATA = REPO / "benchmarks" / "local-sgd-cpu.json"
+LOCAL_SGD_DATA = REPO / "measurements" / "local-sgd-cpu.json"
 
 
 def test_local_sgd_figure_is_drawn_from_its_data():
@@ -72,13 +72,14 @@ def test_in_production_chart_draws_the_pages_sim_commands_and_supports_its_alt_t
     import re
     import shlex
 
-    from distdocs import cli, costmodel
+    from distdocs import cli
+    from distdocs.calculators import costmodel
 
     at8 = []
     for line in re.findall(r"^\s*distdocs (sim .*)$", page, re.M):
         args = cli.build_parser().parse_args(shlex.split(line))
         work, network, _ = cli.sim_inputs(args)
-        steps = costmodel.simulate(work, [1, 2, 8], network, args.algorithm)
+        steps = costmodel.predict_steps(work, [1, 2, 8], network, args.algorithm)
         at8.append(steps[2].speedup)
     pcie, pcie_k4 = at8
     # "on PCIe one micro-batch per step gives about 4x at 8 ranks, and 4 micro-batches bring it closer
@@ -109,7 +110,7 @@ def alt_numbers(page: str, svg: str) -> list[int]:
 
 
 def test_the_layouts_chart_is_drawn_from_the_memory_calculator_and_its_alt_text_agrees():
-    from distdocs import memory
+    from distdocs.calculators import memory
 
     assert (REPO / "docs/assets/precision-layouts.svg").read_text() == figures.precision_layouts()
     expected = []

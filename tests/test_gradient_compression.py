@@ -12,13 +12,13 @@ from dataclasses import replace
 import pytest
 
 from distdocs.bench.compression import HOOKS, _train, payload_bytes, payload_calls
-from distdocs.costmodel import Network, Workload, step_time
+from distdocs.calculators.costmodel import Network, Workload, step_time
 from distdocs.lab.world import World
 
 from docexec.fences import REPO, page_command
 
 PAGE = REPO / "docs/deep-dives/gradient-compression.md"
-SAVED = REPO / "benchmarks/compression-links-cpu.json"
+SAVED = REPO / "measurements/compression-links-cpu.json"
 # The page's claim for the cost model: every dialled step predicted within 0.8-1.2 of the measured one.
 RATIO_BOUNDS = (0.8, 1.2)
 LIVE_FLOOR = 0.7  # predicted over measured, for a step the link decides, run beside the rest of the suite

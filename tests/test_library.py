@@ -17,9 +17,9 @@ pytestmark = pytest.mark.fast  # the test tier: see the testing page
 SRC = REPO / "src" / "distdocs"
 # Each module, or subpackage, and its layer: an import may point to its own layer or a lower one.
 LAYERS = {
-    # 0: the pieces examples import, the calculators, and what every command shares
-    **dict.fromkeys(ALLOWED_IN_EXAMPLES, 0),
-    **dict.fromkeys(["__init__", "arguments", "processes", "costmodel", "memory", "mfu", "simulate"], 0),
+    # 0: the pieces that run inside a training job (what examples import), the calculators, and what
+    # every command shares
+    **dict.fromkeys(["training", "calculators", "__init__", "arguments", "processes"], 0),
     # 1: the reader's tools built on them, and the lab's equipment
     **dict.fromkeys(["doctor", "figures", "lab"], 1),
     # 2: the benchmarks, which measure with the lab's equipment and draw with figures
@@ -88,8 +88,8 @@ def test_what_examples_may_import_imports_nothing_else_of_distdocs():
     """A reader who copies an example gets these modules with `pip install -e .`, or copies them too:
     they must not pull in the rest."""
     for name in ALLOWED_IN_EXAMPLES:
-        used = {u for m, us in imports().items() if m == f"distdocs.{name}" for u in us}
-        assert used <= set(ALLOWED_IN_EXAMPLES), f"distdocs.{name} imports {used - set(ALLOWED_IN_EXAMPLES)}"
+        used = {u for m, us in imports().items() if m == f"distdocs.training.{name}" for u in us}
+        assert not used, f"distdocs.training.{name} imports distdocs.{used} beyond distdocs.training"
 
 
 def test_the_command_line_is_argparse_and_dispatch():

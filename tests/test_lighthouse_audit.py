@@ -17,8 +17,8 @@ from tools import lighthouse_audit
 
 @pytest.mark.fast
 def test_saved_table_is_the_one_the_saved_records_make():
-    saved = json.loads((REPO / "benchmarks/lighthouse.json").read_text())
-    lines = (REPO / "benchmarks/lighthouse.txt").read_text().splitlines()
+    saved = json.loads((REPO / "measurements/lighthouse.json").read_text())
+    lines = (REPO / "measurements/lighthouse.txt").read_text().splitlines()
     machine = saved["machine"]
     assert lines[0].startswith(f"# {machine['cpu']}, {machine['cores']} cores, ") and machine["date"] in lines[0]
     assert "\n".join(lines[1:]) == lighthouse_audit.table(saved["records"])

@@ -20,8 +20,8 @@ from distdocs.lab import links
 from docexec.fences import REPO, page_command
 
 PAGE = REPO / "docs/appendix/network-emulation.md"
-SAVED = REPO / "benchmarks/allreduce-links-cpu.json"
-THREE_LINKS = REPO / "benchmarks/prediction-links-cpu.json"
+SAVED = REPO / "measurements/allreduce-links-cpu.json"
+THREE_LINKS = REPO / "measurements/prediction-links-cpu.json"
 # tbf counts whole frames: with 1500-byte frames a TCP stream's payload gets about 95% of the rate.
 # The bounds: a socket within 10% of the rate, the fit within 15%.
 SOCKET_TOLERANCE, FIT_TOLERANCE = 0.10, 0.15
@@ -187,7 +187,7 @@ def test_without_root_a_link_is_refused_in_one_line():
     assert result.stderr == refusal, result.stderr
 
 
-HIERARCHY = REPO / "benchmarks/hierarchy-links-cpu.json"
+HIERARCHY = REPO / "measurements/hierarchy-links-cpu.json"
 
 
 @pytest.mark.fast

@@ -1,4 +1,4 @@
-"""distdocs.memory and `distdocs memory`, as docs/lesson/choosing-a-strategy.md uses them: the ZeRO
+"""distdocs.calculators.memory and `distdocs memory`, as docs/lesson/choosing-a-strategy.md uses them: the ZeRO
 paper's accounting, held to three outside counts (the paper's Figure 1, Megatron-LM's distributed
 optimizer guide, DeepSpeed's own estimators) and to what FSDP2 keeps on each rank; and bad input."""
 
@@ -11,8 +11,7 @@ import torch
 from torch import nn
 
 from distdocs import cli
-from distdocs.lab.world import spawn_world
-from distdocs.memory import (
+from distdocs.calculators.memory import (
     GIB,
     SHARDED,
     activation_bytes,
@@ -21,6 +20,7 @@ from distdocs.memory import (
     per_device_model_states,
     tensor_pipeline_split,
 )
+from distdocs.lab.world import spawn_world
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""distdocs.mfu and `distdocs mfu`: the FLOPs of a training token (6N + 12·L·d·T) and the MFU a
+"""distdocs.calculators.mfu and `distdocs mfu`: the FLOPs of a training token (6N + 12·L·d·T) and the MFU a
 throughput reaches, held to the figures torchtitan published for Llama 2 and Llama 3 on 64 A100s:
 every MFU of its tables is reproduced from its own inputs (tokens/s per GPU, the model's layout,
 its sequence length, the A100's 312 TFLOP/s in bf16) to the 0.1% it printed."""
@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from distdocs.mfu import flops_per_token, llama_params, mfu
+from distdocs.calculators.mfu import flops_per_token, llama_params, mfu
 
 pytestmark = pytest.mark.fast  # the test tier: see the testing page
 

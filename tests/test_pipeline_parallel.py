@@ -11,14 +11,14 @@ import re
 import pytest
 
 from distdocs import figures
-from distdocs.pipeline import bubble_fraction
+from distdocs.training.pipeline import bubble_fraction
 
 from docexec.commands import check_refusal
 from docexec.fences import REPO
 
 SCRIPT = "examples/pipeline_parallel/step03_schedules.py"
 COMMAND = f"torchrun --standalone --nproc_per_node=2 {SCRIPT}"
-SAVED = REPO / "benchmarks" / "pipeline-schedules-cpu.json"
+SAVED = REPO / "measurements" / "pipeline-schedules-cpu.json"
 HEADER = re.compile(r"^p=2 ranks, m=4 micro-batches of (\d+), (\d+) layers of width (\d+)$", re.M)
 ROW = re.compile(r"^(\w+)\s+(\d)\s+(\d+)%\s+(\d+)%, (\d+)%\s+([\d.]+), ([\d.]+)\s+(\d+), (\d+)\s+(\d+)$", re.M)
 # What the schedules' shapes fix, for p = 2 ranks and m = 4 micro-batches: stages a rank, the
@@ -82,7 +82,7 @@ def test_the_saved_run_and_its_figure_support_what_the_page_says():
 
 # --- the bubble on emulated accelerators: bench bubble ---
 
-BUBBLE = REPO / "benchmarks/pipeline-bubble-cpu.json"
+BUBBLE = REPO / "measurements/pipeline-bubble-cpu.json"
 
 
 def within_the_bubble(records: list[dict]) -> dict:

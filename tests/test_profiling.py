@@ -11,8 +11,8 @@ from docexec.fences import REPO
 
 pytestmark = pytest.mark.fast  # the test tier: see the testing page
 
-TABLE = REPO / "benchmarks" / "profile-ddp-cpu.txt"
-TRACE = REPO / "benchmarks" / "profile-trace-cpu.json"
+TABLE = REPO / "measurements" / "profile-ddp-cpu.txt"
+TRACE = REPO / "measurements" / "profile-trace-cpu.json"
 
 
 def test_saved_table_records_the_machine_and_shows_the_all_reduce_next_to_the_matmuls():

@@ -11,11 +11,11 @@ from fractions import Fraction
 import pytest
 import torch
 
-from distdocs.checkpoint import checkpoint_interval_s
-from distdocs.costmodel import Network, Workload, allreduce_terms, simulate, step_time
-from distdocs.memory import bytes_per_parameter
-from distdocs.pipeline import bubble_fraction
-from distdocs.simulate import ring_allreduce
+from distdocs.calculators.costmodel import Network, Workload, allreduce_terms, predict_steps, step_time
+from distdocs.calculators.memory import bytes_per_parameter
+from distdocs.calculators.sync_simulation import simulate_ring_allreduce
+from distdocs.training.checkpoint import checkpoint_interval_s
+from distdocs.training.pipeline import bubble_fraction
 
 from docexec.fences import DOCS, REPO, classify
 
@@ -62,7 +62,7 @@ def steps_computed_without_checkpoints() -> int:
 
 def ring_bytes_per_rank(n: int, size: int = 840) -> Fraction:  # 840 divides into 2 to 8 chunks
     """What each worker of the lab's one-process ring sends, as a share of the buffer's bytes."""
-    _, trace = ring_allreduce([torch.ones(size) for _ in range(n)])
+    _, trace = simulate_ring_allreduce([torch.ones(size) for _ in range(n)])
     assert len(set(trace.bytes_sent)) == 1  # every worker sends the same
     return Fraction(trace.bytes_sent[0], size * 4)
 
@@ -102,7 +102,7 @@ def unhidden(sync_s: float, world_size: int) -> tuple[Workload, Network]:
 def scaling_key() -> str:
     # 10 ms of compute, and on two ranks 10 ms of sync that backward does not hide
     work, network = unhidden(0.010, 2)
-    one, two = simulate(work, [1, 2], network)
+    one, two = predict_steps(work, [1, 2], network)
     assert two.speedup == pytest.approx(1.0) and two.step == pytest.approx(2 * one.step)
     return "1×"
 
@@ -110,7 +110,7 @@ def scaling_key() -> str:
 def in_production_key() -> str:
     # 4x on 8 GPUs with a fixed batch per GPU is efficiency 1/2: the unhidden sync equals the compute
     work, network = unhidden(0.010, 8)
-    one, eight = simulate(work, [1, 8], network)
+    one, eight = predict_steps(work, [1, 8], network)
     assert eight.speedup == pytest.approx(4.0) and eight.step == pytest.approx(2 * one.step)
     return "twice as long"
 
@@ -181,7 +181,7 @@ def model_size_key() -> str:
     # favours neither size (equal speedups at alpha = 0); each message's latency favours the large one
     def speedup(params: float, alpha: float) -> float:
         work = Workload(params=params, compute_per_sample=params * 1e-10, micro_batch=32, overlap=False)
-        return simulate(work, [1, 8], Network(alpha=alpha, beta=1e-10))[1].speedup
+        return predict_steps(work, [1, 8], Network(alpha=alpha, beta=1e-10))[1].speedup
 
     small, large = 1e6, 1e8
     assert speedup(small, 0.0) == pytest.approx(speedup(large, 0.0))

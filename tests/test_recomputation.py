@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from distdocs.memory import RECOMPUTE, activation_bytes, layer_activation_terms
+from distdocs.calculators.memory import RECOMPUTE, activation_bytes, layer_activation_terms
 
 from docexec.fences import REPO
 
@@ -83,14 +83,14 @@ def core_attention_share(seq_len: int, hidden: int, heads: int) -> tuple[int, in
 def test_the_pages_figures_come_from_the_calculator_and_the_run():
     """'485 GiB of activations instead of 85 ... 160 of every 194 bytes ... 56 devices ... instead of
     16 ... with --recompute full the layers keep 5 GiB', and the share at the run's sizes."""
-    from distdocs.memory import GIB, bytes_per_parameter, tensor_pipeline_split
+    from distdocs.calculators.memory import GIB, bytes_per_parameter, tensor_pipeline_split
 
     page = (REPO / "docs/deep-dives/activation-recomputation.md").read_text()
     gib = {r: activation_bytes(80, 8192, 4096, 1, r, heads=64) / GIB for r in RECOMPUTE}
     split = {r: tensor_pipeline_split(70e9, bytes_per_parameter(), 80 * GIB, gib[r] * GIB) for r in RECOMPUTE}
     devices = {r: split[r][0] * split[r][1] for r in RECOMPUTE}
     core, every = core_attention_share(4096, 8192, 64)
-    _, s, _, h, a = map(int, HEADER.search((REPO / "benchmarks/recomputation-cpu.txt").read_text()).groups())
+    _, s, _, h, a = map(int, HEADER.search((REPO / "measurements/recomputation-cpu.txt").read_text()).groups())
     run_core, run_every = core_attention_share(s, h, a)
     for claim in (
         f"{gib['none']:.0f} GiB of activations instead of {gib['selective']:.0f}",
@@ -106,7 +106,7 @@ def test_the_pages_figures_come_from_the_calculator_and_the_run():
 
 @pytest.mark.fast
 def test_the_saved_run_shows_full_recomputation_costing_more_than_its_flops_and_selective_little():
-    text = (REPO / "benchmarks/recomputation-cpu.txt").read_text()
+    text = (REPO / "measurements/recomputation-cpu.txt").read_text()
     assert text.startswith("# ") and "self-check passed" in text
     ratio = {name: float(r) for name, _, _, r in ROW.findall(text)}
     layers, s, b, h, a = map(int, HEADER.search(text).groups())

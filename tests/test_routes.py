@@ -92,8 +92,8 @@ def test_the_home_page_offers_each_route_with_its_pages_times_by_the_rule_and_th
 
 @pytest.mark.fast
 def test_every_command_a_route_counts_has_its_measured_run_time():
-    """A command with no time in benchmarks/command-times.json would count as instant: run
-    `python -m tools.command_times benchmarks/command-times.json`."""
+    """A command with no time in measurements/command-times.json would count as instant: run
+    `python -m tools.command_times measurements/command-times.json`."""
     times = command_times()
     missing = [
         command_key(page, command)

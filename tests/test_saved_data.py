@@ -1,5 +1,5 @@
-"""The one list of saved data (benchmarks/saved-data.yml) is complete and true: every file under
-benchmarks/ and docs/assets/ has exactly one entry, every entry's files exist, `make bench` runs from
+"""The one list of saved data (measurements/saved-data.yml) is complete and true: every file under
+measurements/ and docs/assets/ has exactly one entry, every entry's files exist, `make bench` runs from
 it, each command writes the files its entry names, and the pages and tests that read a file are the
 ones its entry lists."""
 
@@ -70,11 +70,11 @@ def test_make_bench_runs_from_the_list():
     makefile = (REPO / "Makefile").read_text()
     recipe = re.search(r"^bench: .*\n((?:\t.*\n)+)", makefile, re.M)
     assert recipe and recipe.group(1).strip() == "$(BIN)/python -m tools.saved_data run bench", recipe
-    assert "--save benchmarks/" not in makefile.replace(recipe.group(0), ""), "a measurement outside the list"
+    assert "--save measurements/" not in makefile.replace(recipe.group(0), ""), "a measurement outside the list"
 
 
 def test_the_readme_states_the_suites_time_from_the_saved_profile():
-    wall = re.search(r"^# wall (\d+) s", (REPO / "benchmarks/test-durations-cpu.txt").read_text(), re.M)
+    wall = re.search(r"^# wall (\d+) s", (REPO / "measurements/test-durations-cpu.txt").read_text(), re.M)
     said = re.search(r"it takes about (\d+) minutes", " ".join((REPO / "README.md").read_text().split()))
     assert wall and said and int(said.group(1)) == (int(wall.group(1)) + 30) // 60, "README: update the suite's time"
 
@@ -88,7 +88,7 @@ def test_the_torch_range_claims_only_releases_under_which_every_example_passed()
     lower bound is a release whose report passed, and every report at or above it covers every example
     and passed; a report below it shows why the bound is there, and may predate later examples."""
     reports = {
-        p.name[len("torch-") : -len("-cpu.txt")]: p.read_text() for p in (REPO / "benchmarks").glob("torch-*-cpu.txt")
+        p.name[len("torch-") : -len("-cpu.txt")]: p.read_text() for p in (REPO / "measurements").glob("torch-*-cpu.txt")
     }
     examples = {str(p.relative_to(REPO)) for p in all_examples()}
     bound = re.search(r'"torch>=([\d.]+)"', (REPO / "pyproject.toml").read_text()).group(1)

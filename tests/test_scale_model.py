@@ -15,14 +15,15 @@ import time
 import pytest
 import torch
 
-from distdocs import cli, costmodel
+from distdocs import cli
 from distdocs.bench import emulated as bench
+from distdocs.calculators import costmodel
 from distdocs.lab.emulated import Device, EmulatedModel, Point, _check
 
 from docexec.fences import REPO, page_command
 
 OVERVIEW = REPO / "docs/start/overview.md"
-SAVED = REPO / "benchmarks/emulated-links-cpu.json"
+SAVED = REPO / "measurements/emulated-links-cpu.json"
 ROW = re.compile(
     r"^\s*(?P<case>[\w-]+) +(?P<link>\w+) +(?P<bucket>\S+) +(?P<workers>\d+) +(?P<accum>\d+) +(?P<step>[\d.]+) +"
     r"(?P<best>[\d.]+) +(?P<compute>[\d.]+|-) +(?P<predicted>[\d.]+) +[\d.]+ +(?:[\d.]+x|-) +(?:[\d.]+x|-)$",
@@ -128,7 +129,7 @@ def test_a_small_model_scaled_out_is_slower_on_two_workers_than_on_one(live):
     trains fewer samples per second than at 1 (the model: 0.57x). The guide's example shows the same on
     two real CPU ranks; its saved run is the one the page prints."""
     assert speedup(live["points"], "production", 2, 1) < 1, live["out"]
-    saved = (REPO / "benchmarks/debugging-small-model-cpu.txt").read_text()
+    saved = (REPO / "measurements/debugging-small-model-cpu.txt").read_text()
     ratios = dict(re.findall(r"^(mistake|fix): .*\((\d+\.\d+)x\)", saved, re.M))
     assert float(ratios["mistake"]) < 1 < float(ratios["fix"]), saved
 
@@ -155,7 +156,7 @@ def test_the_split_of_a_slower_step_shows_its_sync_wall_over_half(live):
     assert (two["step"] - two["compute"]) / two["step"] > 0.5, live["out"]
     # The guide's two-rank example, as its saved run prints it: 8 samples a rank, most of the step
     # synchronisation; 1024, a small share.
-    saved = (REPO / "benchmarks/debugging-slower-cpu.txt").read_text()
+    saved = (REPO / "measurements/debugging-slower-cpu.txt").read_text()
     found = re.findall(r"^(mistake|fix):.*\n  compute .*, (\d+)% of the step$", saved, re.M)
     share = {case: float(percent) for case, percent in found}
     assert share["mistake"] > 50 > share["fix"], saved
@@ -168,7 +169,7 @@ def test_eight_workers_without_accumulation_train_less_than_four_with_it(live):
     model: about 0.7 of them). The page's two-rank run shows the bytes it saves; its saved rates agree."""
     p = live["points"]
     assert throughput(p, "production", 8, 1) < throughput(p, "production", 4, 4), live["out"]
-    saved = (REPO / "benchmarks/accumulation-sync-bound-cpu.txt").read_text()
+    saved = (REPO / "measurements/accumulation-sync-bound-cpu.txt").read_text()
     rates = {m[0]: float(m[1].replace(",", "")) for m in re.findall(r"^(mistake|fix): .* ranks ([\d,]+)", saved, re.M)}
     assert rates["fix"] > rates["mistake"], saved
 
@@ -231,8 +232,8 @@ def _paced_ring(rank: int, world_size: int, nbytes: int, spec) -> dict:
     """The lesson's ring over the ranks' emulated link: the sum, the time and what the wire counted."""
     import torch.distributed as dist
 
-    from distdocs.collectives import ring_allreduce
     from distdocs.lab.wire import Wire
+    from distdocs.training.collectives import ring_allreduce
 
     wire = Wire(spec, rank)
     tensor = torch.arange(nbytes // 4, dtype=torch.float32) * (rank + 1)
@@ -412,7 +413,7 @@ def test_the_saved_sweep_shows_what_in_production_says():
     assert 1.2 < at8[1]["speedup"] < 1.6 and 3.5 <= at8[4]["speedup"] < 4.2 and at8[16]["speedup"] > 6
     net = costmodel.Network(at8[4]["alpha_s"], at8[4]["beta_s_per_byte"] / bench.LINK_SCALE)
     real = costmodel.Workload(bench.RESNET50["params"], bench.RESNET50["step_s"], 1, 4)
-    full = costmodel.simulate(real, [1, 8], net)[1].speedup
+    full = costmodel.predict_steps(real, [1, 8], net)[1].speedup
     assert (round(full, 1), round(at8[4]["predicted_speedup"], 1)) == (3.8, 3.8)
     real_buckets = costmodel.ddp_buckets(bench.RESNET50["params"] * 4)
     assert (len(real_buckets), len(at8[4]["ddp_bucket_bytes"])) == (5, 4)
@@ -478,7 +479,7 @@ def test_the_saved_ranks_run_gives_the_saved_sweeps_steps_within_10_percent():
     tc twin: every point they share within 10%, and the cost model within 10% of each."""
     import json
 
-    ranks = json.loads((REPO / "benchmarks/emulated-ranks-cpu.json").read_text())["records"]
+    ranks = json.loads((REPO / "measurements/emulated-ranks-cpu.json").read_text())["records"]
     assert {r["link_emulation"] for r in ranks} == {"ranks"}
     tc = {(r["case"], r["workers"], r["accumulation"]): r for r in saved_records() if r["link"] == bench.LIVE_LINK}
     shared = [r for r in ranks if (r["case"], r["workers"], r["accumulation"]) in tc]

@@ -1,11 +1,17 @@
-"""distdocs.simulate, the lab's one-process simulation: the allreduce algorithms against the sum and
+"""distdocs.calculators.sync_simulation, the lab's one-process simulation: the allreduce algorithms against the sum and
 their byte counts against the formulas; shard gradients against the full batch; bad input."""
 
 import pytest
 import torch
 from torch import nn
 
-from distdocs.simulate import merge_gradients, naive_allreduce, ring_allreduce, shard_gradients, split_batch
+from distdocs.calculators.sync_simulation import (
+    merge_gradients,
+    shard_gradients,
+    simulate_naive_allreduce,
+    simulate_ring_allreduce,
+    split_batch,
+)
 
 pytestmark = pytest.mark.fast  # the test tier: see the testing page
 
@@ -14,7 +20,7 @@ pytestmark = pytest.mark.fast  # the test tier: see the testing page
 def test_both_allreduces_leave_the_exact_sum_on_every_worker(n):
     buffers = [torch.arange(4 * n, dtype=torch.float32) * (w + 1) for w in range(n)]  # whole numbers: exact sums
     expected = sum(buffers)
-    for allreduce in (naive_allreduce, ring_allreduce):
+    for allreduce in (simulate_naive_allreduce, simulate_ring_allreduce):
         out, _ = allreduce(buffers)
         assert all(torch.equal(o, expected) for o in out), allreduce.__name__
 
@@ -23,7 +29,7 @@ def test_both_allreduces_leave_the_exact_sum_on_every_worker(n):
 def test_ring_sends_2_n_minus_1_over_n_of_the_buffer_in_2_n_minus_1_steps(n):
     buffers = [torch.ones(6 * n) for _ in range(n)]
     size = 6 * n * 4
-    _, trace = ring_allreduce(buffers)
+    _, trace = simulate_ring_allreduce(buffers)
     assert trace.steps == 2 * (n - 1)
     assert trace.bytes_sent == [2 * (n - 1) * size // n] * n
     # After reduce-scatter, worker i holds the whole sum of chunk (i + 1) mod n; at the end, everything.
@@ -33,7 +39,7 @@ def test_ring_sends_2_n_minus_1_over_n_of_the_buffer_in_2_n_minus_1_steps(n):
 
 
 def test_naive_root_sends_n_minus_1_buffers_and_the_others_one():
-    _, trace = naive_allreduce([torch.ones(8) for _ in range(5)])
+    _, trace = simulate_naive_allreduce([torch.ones(8) for _ in range(5)])
     assert trace.bytes_sent == [4 * 32, 32, 32, 32, 32] and trace.steps == 8
 
 
@@ -53,7 +59,7 @@ def test_equal_shards_average_to_the_full_batch_gradient_and_unequal_ones_need_w
 
 
 def test_trace_table_shows_each_worker_and_chunk():
-    _, trace = ring_allreduce([torch.ones(3) for _ in range(3)])
+    _, trace = simulate_ring_allreduce([torch.ones(3) for _ in range(3)])
     lines = trace.table(trace.steps).splitlines()
     assert lines[0].split() == ["worker", "chunk", "0", "chunk", "1", "chunk", "2"]
     assert [ln.split() for ln in lines[1:]] == [[str(w), "all", "all", "all"] for w in range(3)]
@@ -62,10 +68,10 @@ def test_trace_table_shows_each_worker_and_chunk():
 @pytest.mark.parametrize(
     ("call", "message"),
     [
-        (lambda: ring_allreduce([torch.ones(4)]), "at least 2"),
-        (lambda: ring_allreduce([torch.ones(4), torch.ones(5)]), "one shape"),
-        (lambda: ring_allreduce([torch.ones(5)] * 3), "3 equal chunks"),
-        (lambda: naive_allreduce([torch.ones(2, 2)] * 2), "1-D"),
+        (lambda: simulate_ring_allreduce([torch.ones(4)]), "at least 2"),
+        (lambda: simulate_ring_allreduce([torch.ones(4), torch.ones(5)]), "one shape"),
+        (lambda: simulate_ring_allreduce([torch.ones(5)] * 3), "3 equal chunks"),
+        (lambda: simulate_naive_allreduce([torch.ones(2, 2)] * 2), "1-D"),
         (lambda: split_batch(torch.ones(4, 2), torch.ones(4, 1), [2, 1]), "add up to the batch of 4"),
         (lambda: split_batch(torch.ones(4, 2), torch.ones(3, 1), [2, 2]), "same number of samples"),
         (lambda: merge_gradients([[torch.ones(1)]] * 2, weights=[1]), "2 positive numbers"),

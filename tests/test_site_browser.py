@@ -69,11 +69,11 @@ def _random_cases(count: int) -> list:
 
 @pytest.mark.site
 def test_scaling_explorer_is_the_python_cost_model_and_redraws_when_a_control_moves(browser, served_site):
-    """The page's JavaScript port equals distdocs.costmodel within 1e-9 relative on 300 random
+    """The page's JavaScript port equals distdocs.calculators.costmodel within 1e-9 relative on 300 random
     inputs; moving a control (typing a bandwidth, pressing a key) redraws the curve that the
     Python model gives for the new settings; a measured run sets the controls and marks its
     measured speedup against the curve."""
-    from distdocs.costmodel import Network, Workload, simulate
+    from distdocs.calculators.costmodel import Network, Workload, predict_steps
 
     def python(work: dict, net: dict, algorithm: str, sizes: list) -> list:
         w = Workload(
@@ -87,7 +87,7 @@ def test_scaling_explorer_is_the_python_cost_model_and_redraws_when_a_control_mo
         )
         inside = Network(net["inside"]["alpha"], net["inside"]["beta"]) if "inside" in net else None
         between = Network(net["alpha"], net["beta"], concurrent=net.get("concurrent", 1))
-        return simulate(w, sizes, between, algorithm, net.get("ranksPerNode", 1), inside)
+        return predict_steps(w, sizes, between, algorithm, net.get("ranksPerNode", 1), inside)
 
     cases = _random_cases(300)
     errors = []
@@ -96,7 +96,7 @@ def test_scaling_explorer_is_the_python_cost_model_and_redraws_when_a_control_mo
     # Its weight is held with every other page's, at gzip sizes, by the page-weight test.
     page.goto(served_site + "lab/scaling-explorer/", wait_until="networkidle")
     got = page.evaluate(
-        "cases => cases.map(([w, n, a, s]) => window.distdocsCostModel.simulate(w, s, n, a)"
+        "cases => cases.map(([w, n, a, s]) => window.distdocsCostModel.predictSteps(w, s, n, a)"
         ".map(r => [r.step, r.exposed, r.speedup, r.efficiency]))",
         cases,
     )
@@ -124,7 +124,7 @@ def test_scaling_explorer_is_the_python_cost_model_and_redraws_when_a_control_mo
 
     # Workers on nodes of 8, the cost model's NVLink preset inside each (the page's default inside
     # link), the link above between them: the flat ring, then the two-level allreduce.
-    from distdocs.costmodel import PRESETS
+    from distdocs.calculators.costmodel import PRESETS
 
     inside = {"alpha": PRESETS["nvlink4"].alpha, "beta": PRESETS["nvlink4"].beta}
     page.select_option("#explorer-ranks-per-node", "8")

@@ -1,7 +1,7 @@
 """Time every command the routes show, as a reader runs it, for the route times' rule
-(hooks/reading_time.py): benchmarks/command-times.json.
+(hooks/reading_time.py): measurements/command-times.json.
 
-    python -m tools.command_times benchmarks/command-times.json   # minutes; listed in saved-data.yml
+    python -m tools.command_times measurements/command-times.json   # minutes; listed in saved-data.yml
 
 Each command runs once, as the doc tests run it (docexec.commands: copied out, with a hard timeout),
 one at a time, with the GPUs hidden; a notebook runs whole, with plain python. Commands that two

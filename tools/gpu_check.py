@@ -1,7 +1,7 @@
 """`make gpu-check`: the nccl half of "runs unchanged on GPUs", on a machine with CUDA.
 
 It runs every command in a GPU tab of the site, and every example through torchrun with nccl, and
-writes benchmarks/gpu-check.txt: the machine, then a line per item with its result and its time.
+writes measurements/gpu-check.txt: the machine, then a line per item with its result and its time.
 Each run is judged by the rule the tests apply (docexec.rule): exit code, timeout, processes left,
 an abort at exit, a process group that outlived its destroy, and, for an example, its
 "self-check passed" line.
@@ -27,7 +27,7 @@ from docexec.fences import REPO, all_examples, all_fences, example_command
 from docexec.rule import EXIT_0, Expected, problems
 
 BUDGET_S = 600
-REPORT = REPO / "benchmarks/gpu-check.txt"
+REPORT = REPO / "measurements/gpu-check.txt"
 NPROC = re.compile(r"--nproc_per_node=(\d+)")
 NEEDS_EXACTLY = "needs exactly"  # the examples' refusal of another world size (their usage_error)
 

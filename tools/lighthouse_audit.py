@@ -4,7 +4,7 @@ simulated) and on a desktop, served gzipped from 127.0.0.1 as GitHub Pages serve
 audited --runs times (3 by default) and the median kept, as Lighthouse's own guidance on variability
 advises, with every run's performance score and the median total blocking time, the metric that
 moves the score here.
-Saves benchmarks/lighthouse.{json,txt}, with the machine; the testing page shows the table.
+Saves measurements/lighthouse.{json,txt}, with the machine; the testing page shows the table.
 
 Needs node and npm: Lighthouse 12.2.3 is installed into .audit/ on first use (13 wants Node 22).
 Without node it says so in one line and exits 0. Not part of `make test`: it takes minutes, and
@@ -100,7 +100,7 @@ def table(records: list[dict]) -> str:
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--site", type=Path, default=REPO / "site")
-    parser.add_argument("--save", type=Path, default=REPO / "benchmarks" / "lighthouse")
+    parser.add_argument("--save", type=Path, default=REPO / "measurements" / "lighthouse")
     parser.add_argument("--runs", type=int, default=3, help="audits of each page; the median is kept")
     args = parser.parse_args(argv)
     if args.runs < 1:

@@ -1,4 +1,4 @@
-"""The saved data's one list, benchmarks/saved-data.yml: read it, and run the commands that regenerate it.
+"""The saved data's one list, measurements/saved-data.yml: read it, and run the commands that regenerate it.
 
     python -m tools.saved_data list                 # every artefact: its target, files and pages
     python -m tools.saved_data run bench            # what `make bench` does: every "bench" artefact, in order
@@ -22,8 +22,8 @@ import yaml
 from docexec.commands import command_env
 from docexec.fences import REPO
 
-LIST = REPO / "benchmarks" / "saved-data.yml"
-FOLDERS = ("benchmarks", "docs/assets")  # every file in these has an entry
+LIST = REPO / "measurements" / "saved-data.yml"
+FOLDERS = ("measurements", "docs/assets")  # every file in these has an entry
 
 
 @dataclass

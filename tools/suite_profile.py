@@ -1,8 +1,8 @@
 """Where the test suite's time goes, from a run with `--cpu-profile FILE` (tests/conftest.py).
 
     make test PYTEST_ARGS=--cpu-profile=/tmp/cpu.jsonl        # note the wall time make test took
-    python -m tools.suite_profile /tmp/cpu.jsonl WALL_S benchmarks/test-durations.json \
-        > benchmarks/test-durations-cpu.txt
+    python -m tools.suite_profile /tmp/cpu.jsonl WALL_S measurements/test-durations.json \
+        > measurements/test-durations-cpu.txt
 
 The JSON holds each test's wall seconds: tests/conftest.py hands the tests out longest first from it.
 

@@ -9,7 +9,7 @@ run them. Each run must exit 0, leave nothing running, not abort, free its proce
 "self-check passed". The two examples that teach a framework (DeepSpeed, torchft) are listed as not
 run: their frameworks pin torch releases of their own.
 
-The report, benchmarks/torch-VERSION-cpu.txt (or PREFIX.txt), names the machine and the torch that ran, and gives a
+The report, measurements/torch-VERSION-cpu.txt (or PREFIX.txt), names the machine and the torch that ran, and gives a
 line per example. It is not part of `make test`: the install is a second torch of several GB.
 """
 
@@ -47,7 +47,7 @@ def main(argv: list[str]) -> int:
         print("usage: python -m tools.torch_check VERSION [--save PREFIX]   (as in 2.14.1)", file=sys.stderr)
         return 2
     version = argv[0]
-    report = REPO / f"{argv[2] if len(argv) == 3 else f'benchmarks/torch-{version}-cpu'}.txt"
+    report = REPO / f"{argv[2] if len(argv) == 3 else f'measurements/torch-{version}-cpu'}.txt"
     venv = venv_for(version)
     found = subprocess.run(
         [str(venv / "bin/python"), "-c", "import torch; print(torch.__version__, torch.cuda.is_available())"],

@@ -1,4 +1,4 @@
-/* The scaling explorer: distdocs.costmodel ported line for line, and a chart drawn as plain SVG.
+/* The scaling explorer: distdocs.calculators.costmodel ported line for line, and a chart drawn as plain SVG.
    tests/test_site_browser.py checks this port against the Python model on random inputs in Chromium.
    No library and no network: the page works offline. */
 (function () {
@@ -49,7 +49,7 @@
   }
 
   // DDP's buckets, in the order backward fills them: the first up to 1 MiB, the others up to bucketBytes
-  // (distdocs.costmodel.ddp_buckets, for a gradient of many small parameters).
+  // (distdocs.calculators.costmodel.ddp_buckets, for a gradient of many small parameters).
   function ddpBuckets(gradientBytes, bucketBytes, firstBucketBytes) {
     const buckets = [];
     let left = gradientBytes;
@@ -91,7 +91,7 @@
     return { n, compute, sync, exposed, step: compute + exposed, samplesPerS: samples / (compute + exposed) };
   }
 
-  function simulate(work, sizes, net, algorithm) {
+  function predictSteps(work, sizes, net, algorithm) {
     const one = stepTime(work, 1, net, algorithm).samplesPerS;
     return sizes.map((n) => {
       const s = stepTime(work, n, net, algorithm);
@@ -99,7 +99,7 @@
     });
   }
 
-  window.distdocsCostModel = { allreduceTerms, allreduceSeconds, allreduceOnNodesSeconds, stepTime, simulate };
+  window.distdocsCostModel = { allreduceTerms, allreduceSeconds, allreduceOnNodesSeconds, stepTime, predictSteps };
 })();
 
 /* The page: read the controls, run the model at 1, 2, 4, ... workers, draw speedup against workers. */
@@ -212,7 +212,7 @@
       status.textContent = "";
       const sizes = [];
       for (let n = 1; n <= c.maxWorkers; n *= 2) sizes.push(n);
-      const rows = window.distdocsCostModel.simulate(c.work, sizes, c.net, c.algorithm);
+      const rows = window.distdocsCostModel.predictSteps(c.work, sizes, c.net, c.algorithm);
       root.dataset.speedups = JSON.stringify(rows.map((r) => r.speedup));
 
       const top = Math.max(2, sizes[sizes.length - 1]);

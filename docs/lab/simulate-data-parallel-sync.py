@@ -27,7 +27,13 @@
 import torch
 from torch import nn
 
-from distdocs.simulate import merge_gradients, naive_allreduce, ring_allreduce, shard_gradients, split_batch
+from distdocs.calculators.sync_simulation import (
+    merge_gradients,
+    shard_gradients,
+    simulate_naive_allreduce,
+    simulate_ring_allreduce,
+    split_batch,
+)
 
 torch.manual_seed(0)
 
@@ -113,8 +119,8 @@ print("step 1 self-check passed")
 n = 4
 buffers = [torch.arange(8, dtype=torch.float32) + 100 * w for w in range(n)]
 expected = sum(buffers)
-naive_out, naive_trace = naive_allreduce(buffers)
-ring_out, ring_trace = ring_allreduce(buffers)
+naive_out, naive_trace = simulate_naive_allreduce(buffers)
+ring_out, ring_trace = simulate_ring_allreduce(buffers)
 for step in range(ring_trace.steps + 1):
     phase = "start" if step == 0 else "reduce-scatter" if step < n else "all-gather"
     print(f"ring, after step {step} ({phase}): which workers' data each chunk sums")
@@ -138,8 +144,8 @@ print(f"{'n':>3} {'ring, per worker':>17} {'naive, worker 0':>16}   (in units of
 for workers in (2, 4, 8, 16):
     bufs = [torch.ones(16 * workers) for _ in range(workers)]
     size = bufs[0].numel() * 4
-    ring_most = max(ring_allreduce(bufs)[1].bytes_sent) / size
-    naive_most = max(naive_allreduce(bufs)[1].bytes_sent) / size
+    ring_most = max(simulate_ring_allreduce(bufs)[1].bytes_sent) / size
+    naive_most = max(simulate_naive_allreduce(bufs)[1].bytes_sent) / size
     print(f"{workers:>3} {ring_most:>17.3f} {naive_most:>16.0f}")
 
 # %%
@@ -153,13 +159,13 @@ print("step 2 self-check passed")
 
 # %% [markdown]
 # **Exercise.** With 8 workers, how many steps does the ring take, and how many bytes does each
-# worker send for a 1 MiB buffer? Check your answer with `ring_allreduce`.
+# worker send for a 1 MiB buffer? Check your answer with `simulate_ring_allreduce`.
 #
 # <details><summary>Solution</summary>
 #
 # 2(n − 1) = 14 steps: 7 of reduce-scatter, 7 of all-gather. Each step sends one chunk of
 # 1 MiB / 8, so each worker sends 14 / 8 = 1.75 MiB: `max(trace.bytes_sent) / 2**20` prints 1.75
-# for `ring_allreduce([torch.ones(2**18) for _ in range(8)])` (2**18 floats are 1 MiB).
+# for `simulate_ring_allreduce([torch.ones(2**18) for _ in range(8)])` (2**18 floats are 1 MiB).
 #
 # </details>
 #
@@ -300,9 +306,9 @@ print("step 3 self-check passed")
 
 # %%
 saved = next(
-    p / "benchmarks/prediction-cpu.txt"
+    p / "measurements/prediction-cpu.txt"
     for p in [Path.cwd(), *Path.cwd().parents]
-    if (p / "benchmarks/prediction-cpu.txt").exists()
+    if (p / "measurements/prediction-cpu.txt").exists()
 )
 print(saved.read_text())
 

@@ -2,7 +2,7 @@
 
     torchrun --standalone --nproc_per_node=2 examples/collectives/step02_ring_allreduce.py
 
-The ring is the one piece this file imports: distdocs.collectives.ring_allreduce, the code the page
+The ring is the one piece this file imports: distdocs.training.collectives.ring_allreduce, the code the page
 builds; outside this repository, install it with `pip install -e .` in a clone of the repository.
 Rank 0 prints the steps and bytes each rank sent next to the formulas 2(n-1) and 2(n-1)/n * S, and
 the largest difference from gloo's all_reduce. Try --nproc_per_node=4 too.
@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.nn  # noqa: F401  before init_process_group: imported later, its defaults pin the group
 
-from distdocs.collectives import ring_allreduce
+from distdocs.training.collectives import ring_allreduce
 
 # The launch command's --nproc_per_node, and how long a collective waits for a rank that stopped answering
 # before it fails: torch's default is 30 minutes on gloo and 10 on nccl. A minute or less makes a stuck rank

@@ -6,7 +6,7 @@ folds each one in as it arrives.
 
 Rank 0 prints what each rank holds against one process with the whole sequence, and checks the
 output against torch's scaled_dot_product_attention over the whole sequence. Try --nproc_per_node=4.
-It imports distdocs.attention, which the context-parallelism page builds: `pip install -e .`.
+It imports distdocs.training.attention, which the context-parallelism page builds: `pip install -e .`.
 """
 
 import argparse
@@ -19,7 +19,7 @@ import torch.distributed as dist
 import torch.distributed.nn  # noqa: F401  before init_process_group: imported later, its defaults pin the group
 import torch.nn.functional as F
 
-from distdocs.attention import ring_attention
+from distdocs.training.attention import ring_attention
 
 # The launch command's --nproc_per_node, and how long a collective waits for a rank that stopped answering
 # before it fails: torch's default is 30 minutes on gloo and 10 on nccl. A minute or less makes a stuck rank

@@ -3,7 +3,7 @@ backward, checked against torch's DistributedDataParallel.
 
     torchrun --standalone --nproc_per_node=2 examples/data_parallel/step03_ddp_from_scratch.py
 
-BucketedDDP is the one piece this file imports: distdocs.ddp, the code the page builds; outside this
+BucketedDDP is the one piece this file imports: distdocs.training.ddp, the code the page builds; outside this
 repository, install it with `pip install -e .` in a clone of the repository. Rank 0 prints the
 buckets and how far BucketedDDP's weights are from torch DDP's after the same training.
 """
@@ -19,7 +19,7 @@ import torch.distributed.nn  # noqa: F401  before init_process_group: imported l
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from distdocs.ddp import BucketedDDP
+from distdocs.training.ddp import BucketedDDP
 
 # The launch command's --nproc_per_node, and how long a collective waits for a rank that stopped answering
 # before it fails: torch's default is 30 minutes on gloo and 10 on nccl. A minute or less makes a stuck rank

@@ -8,7 +8,7 @@ saves a checkpoint at the next step and the run stops, to resume later.
 
 Its last line is weights_sha256=<hex>, a hash of the final parameters. A launch resumes from the
 newest checkpoint in --ckpt-dir, which keeps the last three, the final step's among them.
-It imports distdocs.checkpoint, which the failure-and-recovery page builds: `pip install -e .`.
+It imports distdocs.training.checkpoint, which the failure-and-recovery page builds: `pip install -e .`.
 """
 
 import argparse
@@ -30,7 +30,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
-import distdocs.checkpoint as checkpoint
+import distdocs.training.checkpoint as checkpoint
 
 # The launch command's --nproc_per_node, and how long a collective waits for a rank that stopped answering
 # before it fails: torch's default is 30 minutes on gloo and 10 on nccl. A minute or less makes a stuck rank

@@ -2,7 +2,7 @@
 
     torchrun --standalone --nproc_per_node=2 examples/pipeline_parallel/step01_gpipe_by_hand.py
 
-Exactly 2 processes. gpipe_step is the one piece this file imports: distdocs.pipeline, the code the
+Exactly 2 processes. gpipe_step is the one piece this file imports: distdocs.training.pipeline, the code the
 page builds; outside this repository, install it with `pip install -e .` in a clone of the
 repository. Rank 0 prints, for several micro-batch counts m, the bubble fraction (p-1)/(m+p-1) and
 whether training matched one process.
@@ -18,7 +18,7 @@ import torch.distributed as dist
 import torch.distributed.nn  # noqa: F401  before init_process_group: imported later, its defaults pin the group
 from torch import nn
 
-from distdocs.pipeline import gpipe_step
+from distdocs.training.pipeline import gpipe_step
 
 # The launch command's --nproc_per_node, and how long a collective waits for a rank that stopped answering
 # before it fails: torch's default is 30 minutes on gloo and 10 on nccl. A minute or less makes a stuck rank

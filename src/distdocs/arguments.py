@@ -143,7 +143,7 @@ def add_sim_arguments(parser: argparse.ArgumentParser) -> None:
 
 def sim_inputs(args: argparse.Namespace):
     """The workload and network that `distdocs sim` flags describe, and a note on where they came from."""
-    from distdocs import costmodel
+    from distdocs.calculators import costmodel
 
     if args.measured:
         require(args.model is not None, "--measured needs --model: compute-bound or sync-bound")

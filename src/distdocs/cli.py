@@ -51,7 +51,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def cmd_memory(args: argparse.Namespace) -> int:
-    from distdocs import memory
+    from distdocs.calculators import memory
 
     params = parse_count(args.params)
     act_args = (args.layers, args.hidden, args.seq_len, args.micro_batch)
@@ -98,7 +98,7 @@ def cmd_memory(args: argparse.Namespace) -> int:
 
 
 def cmd_mfu(args: argparse.Namespace) -> int:
-    from distdocs import mfu
+    from distdocs.calculators import mfu
 
     shape = (args.layers, args.hidden, args.seq_len)
     require(all(v > 0 for v in shape), "--layers, --hidden and --seq-len must be positive")
@@ -121,12 +121,14 @@ def cmd_mfu(args: argparse.Namespace) -> int:
 
 
 def cmd_sim(args: argparse.Namespace) -> int:
-    from distdocs import costmodel
+    from distdocs.calculators import costmodel
 
     require(args.accumulation >= 1, f"--accumulation must be at least 1, not {args.accumulation}")
     try:
         work, network, note = sim_inputs(args)
-        steps = costmodel.simulate(work, parse_list(args.world_sizes, int, "--world-sizes"), network, args.algorithm)
+        steps = costmodel.predict_steps(
+            work, parse_list(args.world_sizes, int, "--world-sizes"), network, args.algorithm
+        )
     except ValueError as e:
         raise UsageError(str(e)) from None
     table = costmodel.format_table(work, network, args.algorithm, steps)

@@ -1,9 +1,9 @@
 """Figures drawn from saved data, as SVG text that depends only on the data: no date, and ids from a
 fixed salt, so that the same data always draws the same file and a test can redraw it.
 
-    python -m distdocs.figures loss-curves benchmarks/lr-scaling-cpu.json docs/assets/lr-scaling-cpu.svg
+    python -m distdocs.figures loss-curves measurements/lr-scaling-cpu.json docs/assets/lr-scaling-cpu.svg
     python -m distdocs.figures tensor-parallel examples/tensor_parallel/step01_by_hand.py OUT.svg
-    python -m distdocs.figures pipeline-schedules benchmarks/pipeline-schedules-cpu.json OUT.svg
+    python -m distdocs.figures pipeline-schedules measurements/pipeline-schedules-cpu.json OUT.svg
 """
 
 from __future__ import annotations
@@ -249,7 +249,8 @@ def sim_commands(page: str) -> str:
     import argparse
     import shlex
 
-    from distdocs import arguments, costmodel
+    from distdocs import arguments
+    from distdocs.calculators import costmodel
 
     parser = argparse.ArgumentParser(prog="distdocs sim")
     arguments.add_sim_arguments(parser)
@@ -259,7 +260,9 @@ def sim_commands(page: str) -> str:
         work, network, _ = arguments.sim_inputs(args)
         sizes = [int(n) for n in args.world_sizes.split(",")]
         where = "2-core CPU, calibrated" if args.measured else network.name
-        curves[f"{where}, accumulation {args.accumulation}"] = costmodel.simulate(work, sizes, network, args.algorithm)
+        curves[f"{where}, accumulation {args.accumulation}"] = costmodel.predict_steps(
+            work, sizes, network, args.algorithm
+        )
     if not curves:
         raise ValueError("the page has no `distdocs sim` command line")
     return speedup_curves(curves, "the cost model over 1 to 8 ranks: speedup against ranks")
@@ -387,14 +390,14 @@ def stacked_bytes(
     return to_svg(fig)
 
 
-# The choosing page's precision layouts, in its order and words: distdocs.memory.LAYOUTS names.
+# The choosing page's precision layouts, in its order and words: distdocs.calculators.memory.LAYOUTS names.
 PAGE_LAYOUTS = {
     "autocast": "fp32, or torch.autocast",
     "bf16-master": "16-bit weights and gradients,\nfp32 master: the ZeRO paper",
     "bf16-fp32-grads": "bf16 weights, fp32 gradients\nand master: Megatron-LM",
     "bf16-master-fp32-grads": "16-bit weights and gradients,\nfp32 gradients and master:\nDeepSpeed's estimators",
 }
-# distdocs.memory's parts, as the page names them.
+# distdocs.calculators.memory's parts, as the page names them.
 STATE_NAMES = {
     "weights": "weights",
     "gradients": "gradients, in the weights' type",
@@ -407,8 +410,8 @@ STATE_COLOURS = dict(zip(STATE_NAMES.values(), ("#4c72b0", "#dd8452", "#c44e52",
 
 def precision_layouts() -> str:
     """Bytes of model state per parameter, with Adam, in each of the choosing page's precision layouts,
-    split into their parts, from `distdocs.memory.bytes_per_parameter`."""
-    from distdocs import memory
+    split into their parts, from `distdocs.calculators.memory.bytes_per_parameter`."""
+    from distdocs.calculators import memory
 
     rows, total = {}, {}
     for layout, name in PAGE_LAYOUTS.items():
@@ -451,7 +454,7 @@ FIGURES = {
     "pipeline-schedules": (lambda text: pipeline_schedules(json.loads(text)), "DATA.json"),
     "pipeline-schedules-summary": (lambda text: pipeline_schedules_summary(json.loads(text)), "DATA.json"),
     "sharded-bytes": (sharded_bytes, "PAGE.md"),
-    "precision-layouts": (lambda text: precision_layouts(), "src/distdocs/memory.py"),
+    "precision-layouts": (lambda text: precision_layouts(), "src/distdocs/calculators/memory.py"),
 }
 
 

@@ -15,8 +15,8 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from distdocs.collectives import ring_allreduce
 from distdocs.lab.wire import Lane, LinkSpec, Wire, ring_hook
+from distdocs.training.collectives import ring_allreduce
 
 COMPUTE_S = float(os.environ["EMULATED_COMPUTE_S"])
 LINK = os.environ["EMULATED_LINK"]

@@ -30,7 +30,9 @@ import torch.distributed as dist
 
 from distdocs.arguments import UsageError, parse_list, parse_size, require
 from distdocs.bench.harness import WARMUP, machine_line, median_after_warmup, slowest_rank_seconds
-from distdocs.collectives import (
+from distdocs.lab import links
+from distdocs.lab.world import World
+from distdocs.training.collectives import (
     check_same_tensor_everywhere,
     naive_allreduce,
     node_groups,
@@ -38,8 +40,6 @@ from distdocs.collectives import (
     tree_allreduce,
     two_level_allreduce,
 )
-from distdocs.lab import links
-from distdocs.lab.world import World
 
 IMPLS = ("gloo", "ring", "tree", "naive", "two-level")
 DEFAULT_IMPLS = IMPLS[:4]  # two-level splits the ranks into --nodes nodes: ask for it by name
@@ -285,8 +285,8 @@ def format_table(records: list[dict], machine: dict) -> str:
 
 def plot(records: list[dict], machine: dict) -> str:
     """Bus bandwidth against message size, one line per implementation and world size, with the
-    α-β line fitted to gloo's timings at each world size (distdocs.costmodel.fit_alpha_beta)."""
-    from distdocs.costmodel import allreduce_seconds, fit_alpha_beta
+    α-β line fitted to gloo's timings at each world size (distdocs.calculators.costmodel.fit_alpha_beta)."""
+    from distdocs.calculators.costmodel import allreduce_seconds, fit_alpha_beta
     from distdocs.figures import pyplot, to_svg
 
     if len({r.get("link", "loopback") for r in records}) > 1:
@@ -327,7 +327,7 @@ def link_fits(records: list[dict]) -> list[dict]:
     iteration (`best_s`), as iperf reports a link by its best transfer: on a shared machine a rank
     that waits for a CPU only ever adds time, and the link's rate is what an undisturbed transfer
     shows. (A full test run once took 2 of 3 iterations slow enough to put a 100 Mbit/s fit at 0.83.)"""
-    from distdocs.costmodel import fit_alpha_beta
+    from distdocs.calculators.costmodel import fit_alpha_beta
 
     records = [r | {"time_s": r.get("best_s", r["time_s"])} for r in records]
     fits = []
@@ -354,7 +354,7 @@ def link_fits(records: list[dict]) -> list[dict]:
 def plot_links(records: list[dict], machine: dict) -> str:
     """gloo's bus bandwidth against message size over each link (loopback and dialled rates), with
     the α-β fit at each link and world size; the legend gives the fitted bandwidth."""
-    from distdocs.costmodel import Network, allreduce_seconds
+    from distdocs.calculators.costmodel import Network, allreduce_seconds
     from distdocs.figures import pyplot, to_svg
 
     fig, ax = pyplot().subplots(figsize=(6.4, 4.4))

@@ -9,7 +9,7 @@ hook, which adds up the gradient bytes DDP hands it, while every `dist.all_reduc
 kernel's own count of the bytes its link sent (/proc/net/dev) is read around the timed steps too:
 TCP/IP headers and acknowledgements ride on top of the payload.
 
-The cost model (distdocs.costmodel) predicts the 2-rank step from other runs: the 1-rank step with
+The cost model (distdocs.calculators.costmodel) predicts the 2-rank step from other runs: the 1-rank step with
 the same hook (its compression work included), α and β fitted to a gloo allreduce sweep on the same
 link, and the hook's compression factor from arithmetic (`payload_bytes`), not from the count.
 
@@ -237,7 +237,7 @@ def bench_compression(
     model's prediction of each dialled 2-rank step (predict)."""
     from distdocs.bench.allreduce import bench_allreduce, world_on
     from distdocs.bench.prediction import LINK_SWEEP_SIZES, SWEEP_SIZES, merge_runs
-    from distdocs.costmodel import fit_alpha_beta
+    from distdocs.calculators.costmodel import fit_alpha_beta
 
     places = [(1, None), (2, None)] + [(2, link) for link in rates if link]
     runs = []
@@ -273,7 +273,7 @@ def predict(records: list[dict]) -> list[dict]:
     (distdocs.lab.links.burst_bytes), so each all_reduce's first burst of bytes is counted as free: it
     matters only for PowerSGD's small messages. `ratio_from_1_rank` feeds the 1-rank step instead: on
     a machine whose ranks share cores, it misses by their slowing each other down."""
-    from distdocs.costmodel import Network, Workload, step_time
+    from distdocs.calculators.costmodel import Network, Workload, step_time
     from distdocs.lab import links
 
     def model(base: dict, compute_s: float, net: Network, factor: float):

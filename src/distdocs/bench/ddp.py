@@ -27,7 +27,7 @@ def main(args: argparse.Namespace, progress=None) -> list[dict]:
 def _ddp_step_times(rank: int, world_size: int, batch: int, width: int, steps: int) -> dict:
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    from distdocs.ddp import BucketedDDP
+    from distdocs.training.ddp import BucketedDDP
 
     def make():  # the same weights each time: mlp seeds, and the head draws after it
         return nn.Sequential(*mlp(width, 3), nn.Linear(width, 10))

@@ -30,8 +30,8 @@ import statistics
 import time
 from dataclasses import asdict, dataclass, replace
 
-from distdocs import costmodel
 from distdocs.arguments import UsageError, parse_list, require
+from distdocs.calculators import costmodel
 from distdocs.lab import links
 from distdocs.lab.emulated import Point, allreduce_timings, measure
 from distdocs.lab.wire import LinkSpec
@@ -455,7 +455,7 @@ def format_table(records: list[dict], machine: dict) -> str:
         emulation += f", {first['latency_us']:g} us a message"
     setup = (
         f"{emulation}; emulated accelerators: compute is a wait, backward {first['backward_share']:.2f} of it; "
-        f"{nodes}; predicted = distdocs.costmodel with alpha and beta fitted on the same links"
+        f"{nodes}; predicted = distdocs.calculators.costmodel with alpha and beta fitted on the same links"
     )
     columns = [
         ("case", 13),

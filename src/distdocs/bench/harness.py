@@ -12,7 +12,7 @@ import statistics
 import torch
 from torch import nn
 
-from distdocs.timing import slowest_rank_seconds  # noqa: F401  (every benchmark's timer)
+from distdocs.training.timing import slowest_rank_seconds  # noqa: F401  (every benchmark's timer)
 
 # Untimed iterations before the timed ones, in every benchmark: the first steps allocate buffers,
 # connect gloo's pairs and warm caches.

@@ -1,5 +1,5 @@
 """Hierarchy: 2 nodes of 2 ranks each, loopback inside a node and a dialled link between the nodes.
-The flat ring, the two-level allreduce (distdocs.collectives) and gloo's own all_reduce on the same
+The flat ring, the two-level allreduce (distdocs.training.collectives) and gloo's own all_reduce on the same
 ranks, with the cost model's prediction of both of ours.
 
 The model is fed from other runs than the one it predicts: the link inside a node from a gloo sweep
@@ -15,7 +15,7 @@ from distdocs.arguments import parse_size, require
 from distdocs.bench.allreduce import bench_allreduce, parse_links
 from distdocs.bench.harness import machine_line
 from distdocs.bench.prediction import LINK_SWEEP_SIZES, SWEEP_SIZES
-from distdocs.costmodel import fit_alpha_beta, flat_ring_on_nodes_seconds, two_level_seconds
+from distdocs.calculators.costmodel import fit_alpha_beta, flat_ring_on_nodes_seconds, two_level_seconds
 
 RANKS_PER_NODE, NODES = 2, 2
 MODELLED = {"ring": flat_ring_on_nodes_seconds, "two-level": two_level_seconds}

@@ -18,7 +18,7 @@ from torch import nn
 from distdocs.arguments import parse_list, require
 from distdocs.bench.harness import WARMUP, machine_line, median_after_warmup, table
 from distdocs.lab.world import World
-from distdocs.pipeline import BusyTimer, bubble_fraction, gpipe_step
+from distdocs.training.pipeline import BusyTimer, bubble_fraction, gpipe_step
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -1,4 +1,4 @@
-"""The cost model against measurement: the DDP step time that distdocs.costmodel predicts at 1 and 2
+"""The cost model against measurement: the DDP step time that distdocs.calculators.costmodel predicts at 1 and 2
 ranks, next to the measured one, for a compute-bound and a sync-bound model, each with and without
 accumulation.
 
@@ -19,7 +19,7 @@ from distdocs.arguments import parse_list, require
 from distdocs.bench.allreduce import bench_allreduce, parse_links
 from distdocs.bench.harness import add_step_flags, machine_line
 from distdocs.bench.scaling import MODELS, bench_scaling
-from distdocs.costmodel import Network, fit_alpha_beta, step_time, workload_from_scaling
+from distdocs.calculators.costmodel import Network, fit_alpha_beta, step_time, workload_from_scaling
 
 SWEEP_SIZES = [2**18, 2**20, 2**22, 2**24, 2**26]  # 256 KiB to 64 MiB, around the models' gradients
 LINK_SWEEP_SIZES = [2**20, 2**22]

@@ -18,7 +18,7 @@ import torch
 
 from distdocs.arguments import parse_list, require
 from distdocs.bench.harness import WARMUP, add_step_flags, machine_line, mlp
-from distdocs.timing import step_and_compute_seconds
+from distdocs.training.timing import step_and_compute_seconds
 
 # name: (width, Linear layers, samples per rank and micro-batch)
 MODELS = {"compute-bound": (256, 4, 1024), "sync-bound": (1024, 8, 8)}

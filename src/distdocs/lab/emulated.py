@@ -6,7 +6,7 @@ waits its share and returns a gradient of the layer's real size. Everything a di
 around that is real: `DistributedDataParallel` with its Reducer (its buckets, the allreduces it
 starts while backward runs, `no_sync`), gloo, the bytes, and the link they cross, which
 `distdocs.lab.links` dials. Eight such ranks fit on two cores, and what they measure is what the
-cost model (`distdocs.costmodel`) predicts: compute against sync.
+cost model (`distdocs.calculators.costmodel`) predicts: compute against sync.
 
     with links.Network(8, "100mbit") as net, World(8, namespaces=net.node_namespaces()) as world:
         world.run(measure, [Point(workers=8, accumulation=1, gradient_bytes=2 << 20, compute_s=0.06)])
@@ -31,10 +31,10 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from distdocs import costmodel
-from distdocs.collectives import ring_allreduce
+from distdocs.calculators import costmodel
 from distdocs.lab.wire import Lane, LinkSpec, Wire, ring_hook
-from distdocs.timing import slowest_rank_seconds
+from distdocs.training.collectives import ring_allreduce
+from distdocs.training.timing import slowest_rank_seconds
 
 BACKWARD_SHARE = costmodel.BACKWARD_SHARE
 # A kernel launched up to this long after the previous one ended counts as queued behind it: a GPU

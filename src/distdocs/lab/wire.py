@@ -2,7 +2,7 @@
 that the scale model measures for any user, on Linux or macOS, with no root, no namespaces and no tc.
 
 The collective runs for real. DDP hands each bucket to a communication hook (`ring_hook`), which runs
-the lesson's ring (`distdocs.collectives.ring_allreduce`) on a thread of its own, beside the backward
+the lesson's ring (`distdocs.training.collectives.ring_allreduce`) on a thread of its own, beside the backward
 pass, as a backend runs its collectives. Every message the ring sends passes through this rank's
 network card (`Wire.exchange`): the card is busy for the message's bytes at the dialled rate, after
 the messages queued on it before, and the receiver gets the message when its last byte would have
@@ -35,8 +35,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from distdocs.collectives import ring_allreduce
 from distdocs.lab.links import rate_bits
+from distdocs.training.collectives import ring_allreduce
 
 # tbf counts a frame's bytes from the Ethernet header on: a TCP segment at MTU 1500 carries 1448 bytes
 # of payload (after 20 of IP, 32 of TCP with timestamps) in a frame of 1514.
@@ -96,7 +96,7 @@ class Wire:
         self.ready = time.perf_counter() if at is None else at
 
     def exchange(self, send: torch.Tensor, dst: int, recv: torch.Tensor, src: int, group) -> tuple:
-        """What distdocs.collectives' ring does in each step, over the emulated link: send `send` to
+        """What distdocs.training.collectives' ring does in each step, over the emulated link: send `send` to
         global rank `dst` and receive `recv` from `src` (both contiguous). Each message goes out at
         once, stamped with when its last byte arrives on the link, from the sender's card (its bytes
         at the card's rate, after the messages queued on it, from when the message it depends on

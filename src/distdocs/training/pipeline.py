@@ -9,7 +9,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from distdocs.timing import wait_for_device
+from distdocs.training.timing import wait_for_device
 
 
 class BusyTimer:

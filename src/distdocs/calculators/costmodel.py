@@ -3,7 +3,7 @@ the gradients, and how much of the sync hides behind the backward pass.
 
 Allreduce follows the α-β model (Thakur, Rabenseifner and Gropp, "Optimization of Collective
 Communication Operations in MPICH", 2005): a message costs α seconds to start and β seconds per byte.
-For S bytes on n ranks, with the algorithms `distdocs.collectives` builds:
+For S bytes on n ranks, with the algorithms `distdocs.training.collectives` builds:
 
 | algorithm | messages on the critical path | bytes each rank sends, in units of S |
 |---|---|---|
@@ -29,7 +29,7 @@ Ranks spread over nodes meet two links: fast inside a node, slower between nodes
 `flat_ring_on_nodes_seconds` and `two_level_seconds` price the flat ring and the two-level
 allreduce there, each link with its own α and β.
 
-`simulate()` runs the model over many world sizes; `distdocs sim` prints it.
+`predict_steps()` runs the model over many world sizes; `distdocs sim` prints it.
 """
 
 from __future__ import annotations
@@ -128,7 +128,7 @@ def flat_ring_on_nodes_seconds(
 
 
 def two_level_seconds(nbytes: float, ranks_per_node: int, nodes: int, inside: Network, between: Network) -> float:
-    """distdocs.collectives.two_level_allreduce on the same nodes: a ring reduce-scatter inside each
+    """distdocs.training.collectives.two_level_allreduce on the same nodes: a ring reduce-scatter inside each
     node, k = ranks_per_node rings of N = nodes ranks across (one per local rank, each on S/k bytes),
     and a ring all-gather inside. The k rings share each node's link, so their steps carry k times a
     ring's bytes through it: 2(N-1)/N * S across in all, against the flat ring's 2(n-1)/n * S."""
@@ -379,7 +379,7 @@ def step_time(
     return Step(world_size, compute, sync, exposed, samples / (compute + exposed))
 
 
-def simulate(
+def predict_steps(
     work: Workload,
     world_sizes: list[int],
     network: Network,

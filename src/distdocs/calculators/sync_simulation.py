@@ -3,7 +3,7 @@ computes the gradient of its shard, and the allreduce algorithms run step by ste
 buffers, recording who holds which partial sum after every step and how many bytes each worker sent.
 
 Nothing here is distributed: it is the arithmetic of data parallelism, small enough to print.
-`distdocs.collectives` runs the same algorithms between real processes.
+`distdocs.training.collectives` runs the same algorithms between real processes.
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ def _check_buffers(buffers: list[torch.Tensor]) -> None:
         raise ValueError(f"buffers must be 1-D and of one shape, got {[tuple(b.shape) for b in buffers]}")
 
 
-def naive_allreduce(buffers: list[torch.Tensor]) -> tuple[list[torch.Tensor], Trace]:
+def simulate_naive_allreduce(buffers: list[torch.Tensor]) -> tuple[list[torch.Tensor], Trace]:
     """Every worker sends its whole buffer to worker 0, which adds them up and sends the sum back:
     2(n-1) messages through worker 0, which sends (n-1)·S bytes; the others send S each."""
     _check_buffers(buffers)
@@ -104,7 +104,7 @@ def naive_allreduce(buffers: list[torch.Tensor]) -> tuple[list[torch.Tensor], Tr
     return out, trace
 
 
-def ring_allreduce(buffers: list[torch.Tensor]) -> tuple[list[torch.Tensor], Trace]:
+def simulate_ring_allreduce(buffers: list[torch.Tensor]) -> tuple[list[torch.Tensor], Trace]:
     """Reduce-scatter, then all-gather, around a ring: each buffer is cut into n chunks; in each of
     n-1 steps every worker sends one chunk to the next and adds the one it receives, after which
     worker i holds the full sum of chunk (i+1) mod n; n-1 more steps pass the sums on. Each worker
