@@ -18,7 +18,7 @@ THREE_LINKS = Path(__file__).resolve().parent.parent / "measurements" / "predict
 # The scale model's saved sweep (distdocs.bench.emulated), and its backend's allreduces at once.
 SCALE_MODEL = Path(__file__).resolve().parent.parent / "measurements" / "emulated-links-cpu.json"
 GLOO_LANES = 2  # distdocs.bench.emulated.GLOO_LANES; a test holds the two equal
-SAMPLES_PER_RANK = 1024  # distdocs.bench.scaling.MODELS["compute-bound"]; a test holds the two equal
+SAMPLES_PER_RANK = 1024  # distdocs.bench.ddp_steps.MODELS["compute-bound"]; a test holds the two equal
 LINK_NAMES = {"loopback": "loopback, one machine", "1gbit": "a 1 Gbit/s link", "100mbit": "a 100 Mbit/s link"}
 
 

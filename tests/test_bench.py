@@ -18,9 +18,11 @@ from distdocs.bench import (
     checkpointing,
     compression,
     ddp,
+    ddp_steps,
     emulated,
     exits,
     hierarchy,
+    killed_run,
     pipeline,
     precision,
     prediction,
@@ -29,7 +31,7 @@ from distdocs.bench import (
 )
 from distdocs.bench import slurm as slurm_bench
 from distdocs.bench import torchft as torchft_bench
-from distdocs.bench.harness import median_after_warmup
+from distdocs.bench.harness import median_after_warmup, merge_runs
 from distdocs.calculators.costmodel import Network
 
 from docexec.fences import REPO, page_command
@@ -247,7 +249,7 @@ def test_saved_precision_supports_what_the_mixed_precision_page_says():
 @pytest.mark.processes
 def test_scaling_bench_splits_each_step_and_measures_speedup_against_one_rank():
     models = {"compute-bound": (16, 2, 32), "sync-bound": (64, 2, 2)}
-    records = scaling.bench_scaling([1, 2], [1, 2], steps=2, models=models)
+    records = ddp_steps.bench_scaling([1, 2], [1, 2], steps=2, models=models)
     assert [(r["model"], r["accumulation"], r["world_size"]) for r in records] == [
         (m, k, n) for m in models for k in (1, 2) for n in (1, 2)
     ]
@@ -262,11 +264,11 @@ def test_scaling_bench_splits_each_step_and_measures_speedup_against_one_rank():
 @pytest.mark.processes
 def test_the_checkpoint_pages_recovery_run_times_each_phase_from_the_kill_to_training_again(command_runs):
     (r,), _ = page_run(command_runs, page_command("docs/operations/checkpoint-and-resume.md", "bench recovery"))
-    example = (REPO / recovery.EXAMPLE).read_text()
+    example = (REPO / killed_run.EXAMPLE).read_text()
     every = int(re.search(r'"--ckpt-every", type=int, default=(\d+)', example)[1])  # the example's default
     assert r["resumed_from"] == r["kill_at_step"] // every * every
     assert r["redone_steps"] == r["kill_at_step"] - r["resumed_from"]
-    phases = [r[f"{earlier}_to_{later}_s"] for later, earlier, _ in recovery.PHASES]
+    phases = [r[f"{earlier}_to_{later}_s"] for later, earlier, _ in killed_run.PHASES]
     assert all(t > 0 for t in phases) and r["step_s"] > 0
     # The phases are consecutive: together they are the whole gap, to rounding.
     assert sum(phases) == pytest.approx(r["kill_to_resumed_s"], abs=1e-9)
@@ -353,7 +355,7 @@ def test_prediction_compares_each_setting_with_the_model_fed_from_other_runs():
 @pytest.mark.fast
 def test_prediction_keeps_the_median_of_repeated_runs_and_the_spread_of_the_ratio():
     runs = [[{"model": "m", "world_size": 2, "ratio": r, "measured_step_s": r / 10}] for r in (0.9, 0.8, 1.1)]
-    (row,) = prediction.merge_runs(runs)
+    (row,) = merge_runs(runs)
     assert row["ratio"] == 0.9 and row["measured_step_s"] == pytest.approx(0.09)
     assert row["ratio_range"] == [0.8, 1.1] and row["repeats"] == 3 and row["model"] == "m"
 

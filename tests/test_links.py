@@ -140,7 +140,7 @@ def test_the_saved_three_link_run_is_predicted_within_20_percent_and_has_the_sha
 @pytest.mark.fast
 def test_the_explorers_measured_runs_are_the_saved_three_link_run():
     """hooks/explorer_presets.py reads the run without torch; its numbers are the bench's own."""
-    from distdocs.bench.scaling import MODELS
+    from distdocs.bench.ddp_steps import MODELS
     from hooks.explorer_presets import SAMPLES_PER_RANK, measured_runs
 
     assert SAMPLES_PER_RANK == MODELS["compute-bound"][2]

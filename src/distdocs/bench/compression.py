@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import math
-import os
 import statistics
 import time
 
@@ -33,7 +32,8 @@ import torch.distributed as dist
 from torch import nn
 
 from distdocs.arguments import require
-from distdocs.bench.harness import WARMUP, machine_line, mlp
+from distdocs.bench.allreduce_sweep import LINK_SWEEP_SIZES, SWEEP_SIZES, bench_allreduce
+from distdocs.bench.harness import WARMUP, machine_line, merge_runs, mlp, node_sent_bytes, parse_links, table, world_on
 
 HOOKS = ("none", "fp16", "bf16", "powersgd-1", "powersgd-1-no-ef", "powersgd-4", "powersgd-4-no-ef")
 START_ITER = 2  # PowerSGD's plain-allreduce steps before compressing; error feedback needs more than 1
@@ -62,8 +62,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace, progress=None) -> list[dict]:
-    from distdocs.bench.allreduce import parse_links
-
     hooks = [h.strip() for h in args.hooks.split(",") if h.strip()]
     require(bool(hooks) and set(hooks) <= set(HOOKS), f"--hooks: expected some of {', '.join(HOOKS)}")
     require(min(args.width, args.depth, args.batch, args.steps, args.repeat) >= 1, "sizes and counts must be positive")
@@ -151,19 +149,6 @@ class Counter:
         return counting_hook
 
 
-def _sent_bytes(device: str = "eth0") -> int | None:
-    """The bytes this node's link has sent, from /proc/net/dev (which shows the reader's namespace);
-    None over loopback, where the ranks are not on nodes of a distdocs.lab.links.Network."""
-    if os.environ.get("GLOO_SOCKET_IFNAME") != device:  # World sets it in a node
-        return None
-    with open("/proc/net/dev") as f:
-        for line in f:
-            name, _, counts = line.partition(":")
-            if name.strip() == device:
-                return int(counts.split()[8])
-    return None
-
-
 def _train(rank: int, world_size: int, hook_name: str, size: tuple[int, int, int], steps: int) -> dict:
     from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -193,7 +178,7 @@ def _train(rank: int, world_size: int, hook_name: str, size: tuple[int, int, int
         for i in range(untimed):
             step(i)
         counter.gradient_bytes = counter.payload_bytes = 0
-        sent = _sent_bytes()
+        sent = node_sent_bytes()
         for i in range(steps):  # timed here, not by slowest_rank_seconds: its all_reduce would be counted
             counter.calls = []
             dist.barrier()
@@ -201,7 +186,7 @@ def _train(rank: int, world_size: int, hook_name: str, size: tuple[int, int, int
             step(untimed + i)
             times.append(time.perf_counter() - start)
         gradient, payload = counter.gradient_bytes, counter.payload_bytes
-        sent = _sent_bytes() - sent if sent is not None else None
+        sent = node_sent_bytes() - sent if sent is not None else None
     slowest = torch.tensor(times, dtype=torch.float64)
     dist.all_reduce(slowest, op=dist.ReduceOp.MAX)  # a step is done when its slowest rank is
     with torch.no_grad():  # the loss over every rank's batch, after the same steps
@@ -235,8 +220,6 @@ def bench_compression(
     """Per hook: the step at 1 rank, at 2 ranks over loopback, and at 2 ranks on 2 nodes over a link
     of each rate, with the counted bytes and the loss; α and β fitted on every link; then the cost
     model's prediction of each dialled 2-rank step (predict)."""
-    from distdocs.bench.allreduce import bench_allreduce, world_on
-    from distdocs.bench.prediction import LINK_SWEEP_SIZES, SWEEP_SIZES, merge_runs
     from distdocs.calculators.costmodel import fit_alpha_beta
 
     places = [(1, None), (2, None)] + [(2, link) for link in rates if link]
@@ -317,8 +300,6 @@ def predict(records: list[dict]) -> list[dict]:
 
 
 def format_table(records: list[dict], machine: dict) -> str:
-    from distdocs.bench.harness import table
-
     none = {x["link"]: x for x in records if x["hook"] == "none" and x["world_size"] == 2}
     rows = []
     for x in (x for x in records if x["world_size"] == 2):

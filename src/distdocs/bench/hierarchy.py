@@ -10,11 +10,11 @@ rank each. Both sweeps and the 4-rank run are repeated in fresh worlds, and medi
 from __future__ import annotations
 
 import argparse
+import contextlib
 
 from distdocs.arguments import parse_size, require
-from distdocs.bench.allreduce import bench_allreduce, parse_links
-from distdocs.bench.harness import machine_line
-from distdocs.bench.prediction import LINK_SWEEP_SIZES, SWEEP_SIZES
+from distdocs.bench.allreduce_sweep import LINK_SWEEP_SIZES, SWEEP_SIZES, bench_allreduce
+from distdocs.bench.harness import machine_line, mlp, node_sent_bytes, parse_links, table, world_on
 from distdocs.calculators.costmodel import fit_alpha_beta, flat_ring_on_nodes_seconds, two_level_seconds
 
 RANKS_PER_NODE, NODES = 2, 2
@@ -80,8 +80,6 @@ def bench_hierarchy(rates: list[str], sizes: list[int], iters: int = 5, repeat: 
 
 
 def format_table(records: list[dict], machine: dict) -> str:
-    from distdocs.bench.harness import table
-
     allreduces = [r for r in records if "impl" in r]
     rows = []
     for r in allreduces:
@@ -173,9 +171,6 @@ def _layout_bytes(rank: int, world_size: int, layout: str, width: int, steps: in
     from torch.distributed.fsdp import fully_shard
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    from distdocs.bench.compression import _sent_bytes
-    from distdocs.bench.harness import mlp
-
     model = mlp(width, 4)
     params = sum(p.numel() * p.element_size() for p in model.parameters())
     if layout == "DDP":
@@ -201,21 +196,17 @@ def _layout_bytes(rank: int, world_size: int, layout: str, width: int, steps: in
 
     step()  # warm-up: connections, buffers
     dist.barrier()
-    before = _sent_bytes()
+    before = node_sent_bytes()
     for _ in range(steps):
         step()
     dist.barrier()
-    sent = _sent_bytes() - before
+    sent = node_sent_bytes() - before
     return {"layout": layout, "width": width, "gradient_bytes": params, "node_sent_bytes": sent / steps}
 
 
 def bench_layouts(link: str, width: int = 512, steps: int = 3) -> list[dict]:
     """DDP, FSDP over all 4 ranks, and HSDP (sharded in a node, replicated across), each in a fresh
     world on 2 nodes of 2 ranks: the bytes each node sent across per step."""
-    import contextlib
-
-    from distdocs.bench.allreduce import world_on
-
     records = []
     for layout in LAYOUTS:
         with contextlib.ExitStack() as stack:

@@ -13,16 +13,12 @@ ratio once the computation measured at n ranks replaces the 1-rank one.
 from __future__ import annotations
 
 import argparse
-import statistics
 
 from distdocs.arguments import parse_list, require
-from distdocs.bench.allreduce import bench_allreduce, parse_links
-from distdocs.bench.harness import add_step_flags, machine_line
-from distdocs.bench.scaling import MODELS, bench_scaling
+from distdocs.bench.allreduce_sweep import LINK_SWEEP_SIZES, SWEEP_SIZES, bench_allreduce
+from distdocs.bench.ddp_steps import MODELS, bench_scaling
+from distdocs.bench.harness import add_step_flags, machine_line, merge_runs, parse_links
 from distdocs.calculators.costmodel import Network, fit_alpha_beta, step_time, workload_from_scaling
-
-SWEEP_SIZES = [2**18, 2**20, 2**22, 2**24, 2**26]  # 256 KiB to 64 MiB, around the models' gradients
-LINK_SWEEP_SIZES = [2**20, 2**22]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -56,8 +52,7 @@ def main(args: argparse.Namespace, progress=None) -> list[dict]:
     models = {name: MODELS[name] for name in names}
     records = []
     for link in parse_links(args.link, [2], nodes=2):
-        # Over a dialled link, the bucket of the rate limit passes small messages at memory speed, and
-        # large ones take seconds: sweep from 1 MiB to 4 MiB there.
+        # Over a dialled link, fewer sizes and iterations: large messages take seconds there.
         sizes, iters = (SWEEP_SIZES, 10) if link is None else (LINK_SWEEP_SIZES, 5)
         runs = []
         for i in range(args.repeat):
@@ -76,20 +71,6 @@ def main(args: argparse.Namespace, progress=None) -> list[dict]:
             runs.append(compare(measured, fit.network, fit.relative_rms, side_by_side))
         records += [{**r, "link": link} if link else r for r in merge_runs(runs)]
     return records
-
-
-def merge_runs(runs: list[list[dict]]) -> list[dict]:
-    """Per setting, the median of every number over the runs, and the lowest and highest ratio where
-    a row has one: on a shared machine the spread between runs is part of the result."""
-    merged = []
-    for i, first in enumerate(runs[0]):
-        same = [run[i] for run in runs]
-        row = {k: (statistics.median(r[k] for r in same) if isinstance(v, float) else v) for k, v in first.items()}
-        row["repeats"] = len(runs)
-        if "ratio" in first:
-            row["ratio_range"] = [min(r["ratio"] for r in same), max(r["ratio"] for r in same)]
-        merged.append(row)
-    return merged
 
 
 def compare(

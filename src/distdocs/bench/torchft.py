@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from distdocs.arguments import require
-from distdocs.bench import recovery
+from distdocs.bench import killed_run
 from distdocs.bench.harness import machine_line
 from distdocs.processes import kill_session
 
@@ -55,7 +55,7 @@ def main(args: argparse.Namespace, progress=None) -> list[dict]:
             progress(f"killed runs {i + 1} of {args.repeat}: torchft, then torchrun")
         records.append({"kind": "torchft", **torchft_run(20)})
         records.append({"kind": "torchft-later", **torchft_run(10, LATER_S, step_seconds=0.3)})
-        records.append({"kind": "torchrun", **recovery.timed_run(recovery.EXAMPLE, 13)})
+        records.append({"kind": "torchrun", **killed_run.timed_run(killed_run.EXAMPLE, 13)})
     return records
 
 
@@ -81,7 +81,7 @@ def torchft_run(kill_at_step: int, later_s: float = 0.0, step_seconds: float = 0
             "DISTDOCS_FAULT_KILL_GROUP": "1",
             "DISTDOCS_FAULT_KILL_AT_STEP": str(kill_at_step),
             "DISTDOCS_FAULT_ONCE": os.path.join(fired, "fault-fired"),
-            "PYTHONPATH": os.pathsep.join(p for p in (str(recovery.FAULTS), os.environ.get("PYTHONPATH")) if p),
+            "PYTHONPATH": os.pathsep.join(p for p in (str(killed_run.FAULTS), os.environ.get("PYTHONPATH")) if p),
         }
         command = [torchrun, "--standalone", "--nproc_per_node=1", EXAMPLE, "--step-seconds", str(step_seconds), *extra]
         # A session of its own, so that its ranks end with it (kill_session)
