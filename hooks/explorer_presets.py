@@ -7,7 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from distdocs.calculators.costmodel import PRESETS, load_fit
+from distdocs.calculators.costmodel import PRESETS
+from distdocs.calculators.fits import load_fit
 from distdocs.lab.links import rate_bits
 
 PLACEHOLDER = "<!-- explorer-presets -->"

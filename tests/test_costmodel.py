@@ -1,5 +1,6 @@
-"""The cost model (distdocs.calculators.costmodel) and `distdocs sim`: formulas checked against hand-derived
-values, the fit against timings made from known α and β, and bad input."""
+"""The cost model (distdocs.calculators.costmodel, fed by distdocs.calculators.fits) and `distdocs sim`:
+formulas checked against hand-derived values, the fit against timings made from known α and β, and bad
+input."""
 
 import json
 import subprocess
@@ -15,12 +16,10 @@ from distdocs.calculators.costmodel import (
     allreduce_seconds,
     allreduce_terms,
     ddp_buckets,
-    fit_alpha_beta,
-    from_scaling,
-    load_fit,
     predict_steps,
     step_time,
 )
+from distdocs.calculators.fits import fit_alpha_beta, from_scaling, load_fit
 
 pytestmark = pytest.mark.fast  # the test tier: see the testing page
 

@@ -6,7 +6,6 @@ that `distdocs --help` and the calculators answer at once."""
 from __future__ import annotations
 
 import argparse
-import json
 import math
 
 SUFFIXES = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
@@ -143,16 +142,11 @@ def add_sim_arguments(parser: argparse.ArgumentParser) -> None:
 
 def sim_inputs(args: argparse.Namespace):
     """The workload and network that `distdocs sim` flags describe, and a note on where they came from."""
-    from distdocs.calculators import costmodel
+    from distdocs.calculators import costmodel, fits
 
     if args.measured:
         require(args.model is not None, "--measured needs --model: compute-bound or sync-bound")
-        try:
-            with open(args.measured) as f:
-                records = json.load(f)["records"]
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            raise UsageError(f"{args.measured}: not a saved scaling benchmark ({e})") from None
-        work, network = costmodel.from_scaling(records, args.model, args.accumulation)
+        work, network = fits.load_scaling(args.measured, args.model, args.accumulation)
         return work, network, f"# calibrated on {args.measured}: compute per sample at 1 rank, sync at 2 ranks"
     require(
         None not in (args.params, args.compute_per_sample, args.micro_batch),
@@ -166,7 +160,7 @@ def sim_inputs(args: argparse.Namespace):
         )
     note = ""
     if args.fit:
-        fit = costmodel.load_fit(args.fit, args.fit_impl, args.fit_world_size)
+        fit = fits.load_fit(args.fit, args.fit_impl, args.fit_world_size)
         network = fit.network
         note = f"# fit: {fit.points} timings, relative RMS error {fit.relative_rms:.0%}"
     elif args.bandwidth is not None or args.latency is not None:

@@ -110,8 +110,9 @@ def format_table(records: list[dict], machine: dict) -> str:
 
 def plot(records: list[dict], machine: dict) -> str:
     """Bus bandwidth against message size, one line per implementation and world size, with the
-    α-β line fitted to gloo's timings at each world size (distdocs.calculators.costmodel.fit_alpha_beta)."""
-    from distdocs.calculators.costmodel import allreduce_seconds, fit_alpha_beta
+    α-β line fitted to gloo's timings at each world size (distdocs.calculators.fits.fit_alpha_beta)."""
+    from distdocs.calculators.costmodel import allreduce_seconds
+    from distdocs.calculators.fits import fit_alpha_beta
     from distdocs.figures import pyplot, to_svg
 
     if len({r.get("link", "loopback") for r in records}) > 1:
@@ -152,7 +153,7 @@ def link_fits(records: list[dict]) -> list[dict]:
     iteration (`best_s`), as iperf reports a link by its best transfer: on a shared machine a rank
     that waits for a CPU only ever adds time, and the link's rate is what an undisturbed transfer
     shows. (A full test run once took 2 of 3 iterations slow enough to put a 100 Mbit/s fit at 0.83.)"""
-    from distdocs.calculators.costmodel import fit_alpha_beta
+    from distdocs.calculators.fits import fit_alpha_beta
 
     records = [r | {"time_s": r.get("best_s", r["time_s"])} for r in records]
     fits = []

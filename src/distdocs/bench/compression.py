@@ -220,7 +220,7 @@ def bench_compression(
     """Per hook: the step at 1 rank, at 2 ranks over loopback, and at 2 ranks on 2 nodes over a link
     of each rate, with the counted bytes and the loss; α and β fitted on every link; then the cost
     model's prediction of each dialled 2-rank step (predict)."""
-    from distdocs.calculators.costmodel import fit_alpha_beta
+    from distdocs.calculators.fits import fit_alpha_beta
 
     places = [(1, None), (2, None)] + [(2, link) for link in rates if link]
     runs = []

@@ -31,7 +31,7 @@ import time
 from dataclasses import asdict, dataclass, replace
 
 from distdocs.arguments import UsageError, parse_list, require
-from distdocs.calculators import costmodel
+from distdocs.calculators import costmodel, fits
 from distdocs.lab import links
 from distdocs.lab.emulated import Point, allreduce_timings, measure
 from distdocs.lab.wire import LinkSpec
@@ -329,14 +329,14 @@ def _world(size: int, rate: str, shape: Shape, per_node: int = 1, inside: str | 
             yield world, net
 
 
-def _fit(world: World, workers: list[int], shape: Shape, wire: LinkSpec | None) -> costmodel.Fit:
+def _fit(world: World, workers: list[int], shape: Shape, wire: LinkSpec | None) -> fits.Fit:
     """α and β fitted to allreduces of FIT_SIZES at each of `workers`, on the world's first ranks."""
     timings = world.run(allreduce_timings, list(FIT_SIZES[shape.emulation]), workers, 5, wire)[0]
-    fit = costmodel.fit_alpha_beta(timings, impl=timings[0]["impl"])
+    fit = fits.fit_alpha_beta(timings, impl=timings[0]["impl"])
     return replace(fit, network=replace(fit.network, concurrent=LANES[shape.emulation]))
 
 
-def _fit_between(rate: str, shape: Shape, progress=None) -> costmodel.Fit:
+def _fit_between(rate: str, shape: Shape, progress=None) -> fits.Fit:
     """The link between nodes, fitted with one worker per node."""
     if progress:
         progress(f"{rate}: fitting α and β between nodes")
@@ -345,7 +345,7 @@ def _fit_between(rate: str, shape: Shape, progress=None) -> costmodel.Fit:
 
 
 def measure_on_nodes(
-    points: list[Point], rate: str, between: costmodel.Fit, steps: int, shape: Shape, progress=None
+    points: list[Point], rate: str, between: fits.Fit, steps: int, shape: Shape, progress=None
 ) -> list[dict]:
     """`points` on workers that fill nodes of `shape.per_node`: DDP's one flat ring over all of them,
     numbered node by node. α and β inside a node are fitted on its own link (the first node's 2 and
@@ -369,9 +369,7 @@ def _cpu_seconds() -> float:
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime + forked_cpu_seconds()
 
 
-def _record(
-    found: dict, link: str, fit: costmodel.Fit, shape: Shape, inside: tuple[costmodel.Fit, str] | None = None
-) -> dict:
+def _record(found: dict, link: str, fit: fits.Fit, shape: Shape, inside: tuple[fits.Fit, str] | None = None) -> dict:
     """One point's record: `fit` is the link between the nodes; with `inside` (its fit and rate), the
     workers fill nodes of `shape.per_node`."""
     point = Point(**{k: found[k] for k in asdict(Point(1, 1, 4, 1.0))})

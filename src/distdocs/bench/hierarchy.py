@@ -15,7 +15,8 @@ import contextlib
 from distdocs.arguments import parse_size, require
 from distdocs.bench.allreduce_sweep import LINK_SWEEP_SIZES, SWEEP_SIZES, bench_allreduce
 from distdocs.bench.harness import machine_line, mlp, node_sent_bytes, parse_links, table, world_on
-from distdocs.calculators.costmodel import fit_alpha_beta, flat_ring_on_nodes_seconds, two_level_seconds
+from distdocs.calculators.costmodel import flat_ring_on_nodes_seconds, two_level_seconds
+from distdocs.calculators.fits import fit_alpha_beta
 
 RANKS_PER_NODE, NODES = 2, 2
 MODELLED = {"ring": flat_ring_on_nodes_seconds, "two-level": two_level_seconds}

@@ -18,7 +18,8 @@ from distdocs.arguments import parse_list, require
 from distdocs.bench.allreduce_sweep import LINK_SWEEP_SIZES, SWEEP_SIZES, bench_allreduce
 from distdocs.bench.ddp_steps import MODELS, bench_scaling
 from distdocs.bench.harness import add_step_flags, machine_line, merge_runs, parse_links
-from distdocs.calculators.costmodel import Network, fit_alpha_beta, step_time, workload_from_scaling
+from distdocs.calculators.costmodel import Network, step_time
+from distdocs.calculators.fits import fit_alpha_beta, workload_from_scaling
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -247,7 +247,7 @@ def allreduce_timings(
 ) -> list[dict]:
     """gloo's all_reduce of each size at each world size, over the links the world's ranks sit on, or
     with `wire` the ring over the link emulated in the ranks, as DDP's hook runs it: the timings
-    `costmodel.fit_alpha_beta` fits α and β to. Each time is the best of `repeat`, each
+    `distdocs.calculators.fits.fit_alpha_beta` fits α and β to. Each time is the best of `repeat`, each
     of two all_reduces back to back, halved: DDP's buckets follow each other so, and a lone message
     would get the link's burst (distdocs.lab.links.burst_bytes) for free. The best, as the link test
     and iperf take a link's rate: on a busy machine waiting for a CPU only ever adds time, and a
