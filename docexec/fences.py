@@ -1,13 +1,13 @@
 """Find every code fence in the docs and say what kind it is, so that the tests can run each one and
-the coverage test can fail on any that nothing runs. KINDS below names each kind and what checks it:
-this is the one list (the package's docstring and the testing page point here, and a test holds the
+the coverage test can fail on any that nothing runs. KINDS below names each kind and what executing
+it means: this is the one list (the package's docstring and the testing page point here, and a test holds the
 page's table to it).
 
 A command that is meant to fail, as the debugging guide's broken examples do, says so in its info
 string: `{.bash exit="1"}` is the exit code it must end with, and `within="30"` the seconds it must
 end within. Any command may also say `busy_port="29500"`: a port the test holds open on 127.0.0.1
 while it runs, as another job would; and `fault="kill-rank=1 kill-at-step=13"` a fault that the test
-injects into the ranks (docexec.commands.fault_env), where the page tells the reader how to cause it
+injects into the ranks (docexec.fault_injection.fault_env), where the page tells the reader how to cause it
 by hand: the example itself carries none. Under a content tab titled "GPU ..." a command runs only where
 CUDA is present.
 """
@@ -19,27 +19,26 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
-# Every kind of fence, decided from the fence alone, and what checks it.
+# Every kind of fence, decided from the fence alone: what it is, and what executing it means. Which
+# test runs which kind is the tests' business (the testing page's table says it to a reader).
 KINDS = {
-    "include": "its body has a `--8<--` line (pymdownx.snippets): the example it names runs whole in "
-    "test_examples.py; Python includes carry `notest`, since pytest-markdown-docs would run the line",
+    "include": "its body has a `--8<--` line (pymdownx.snippets): the example it names runs whole, by "
+    "the command in its docstring; Python includes carry `notest`, since pytest-markdown-docs would run the line",
     "inline": "a python fence that pytest-markdown-docs collects and runs",
     "command": "a shell fence whose every line starts with torchrun, python or distdocs, perhaps "
-    "after `NAME=value` settings (or is `wait`, after commands started with `&`): test_docs.py runs it "
-    "exactly as written",
+    "after `NAME=value` settings (or is `wait`, after commands started with `&`): run exactly as written",
     "output": 'a `text` fence titled "Output" after a command: all that the command prints on stdout, '
-    "compared by test_docs.py",
+    "compared with a fresh run",
     "excerpt": 'a `text` fence titled "Excerpt" after a command: lines among what it prints (an error, '
     "say), each found in its output, numbers aside",
     "node command": 'a command fence with `node="ADDRESS"`: one of the commands two machines would run; '
-    "test_multi_node.py runs a page's node commands together, each in a network namespace with that "
-    "address on `eth0`",
+    "a page's node commands run together, each in a network namespace with that address on `eth0`",
     "node excerpt": 'a `text` fence titled "Excerpt" after a node command: lines that node printed',
-    "slurm command": "a `{.bash slurm}` fence of sbatch, scancel or scontrol lines: test_slurm.py runs it "
-    "as written on the controller of a SLURM cluster of network namespaces",
+    "slurm command": "a `{.bash slurm}` fence of sbatch, scancel or scontrol lines: run as written on the "
+    "controller of a SLURM cluster of network namespaces",
     "slurm excerpt": 'a `text` fence titled "Excerpt" after a slurm command: lines of the job\'s log',
     "not executed": "the fence sits right under `<!-- not executed: REASON -->`; keep these rare",
-    "unverified": "none of the above: test_docs.py fails while any fence is one",
+    "unverified": "none of the above: the suite fails while any fence is one",
 }
 
 REPO = Path(__file__).resolve().parent.parent
@@ -251,7 +250,7 @@ def all_examples() -> list[Path]:
 
 def page_command(page: str, contains: str) -> str:
     """The one command fence of `page` (docs/...md) that contains `contains`, as written: what
-    a test runs to check what that fence prints. tests/test_docs.py counts a fence as checked by the
+    a test runs to check what that fence prints. docexec.claims counts a fence as checked by the
     test files that call this with its page."""
     found = [f.command for f in classify(REPO / page) if f.kind == "command" and contains in f.command]
     if len(found) != 1:
@@ -261,6 +260,6 @@ def page_command(page: str, contains: str) -> str:
 
 def page_fences(page: str, kind: str) -> list[Fence]:
     """Every fence of `kind` on `page` (docs/...md), in order: for a test that runs them together (the
-    node commands of two machines) and checks what they print. tests/test_docs.py counts them as
+    node commands of two machines) and checks what they print. docexec.claims counts them as
     checked by the test files that call this with their page and kind."""
     return [f for f in classify(REPO / page) if f.kind == kind]

@@ -15,8 +15,8 @@ against an `Expected` and returns what is wrong, in words, or an empty list:
 - the page's Output block (compared line by line, numbers at their printed precision) or Excerpt
   (each line somewhere in the run, numbers left out).
 
-The tests wrap it (`CommandRuns.run_ok` and the others fail a test with its problems), and
-`tools/gpu_check.py` applies the same function to the runs it makes on GPUs.
+The tests wrap it (tests/support/runs.py: `CheckedRuns.run_ok` and the others fail a test with its
+problems), and `tools/gpu_check.py` and `tools/torch_check.py` apply the same function to their runs.
 """
 
 from __future__ import annotations

@@ -9,8 +9,8 @@ from __future__ import annotations
 import re
 
 import pytest
+from support.runs import check_refusal
 
-from docexec.commands import check_refusal
 from docexec.fences import REPO, example_command
 
 SCRIPT = "examples/accumulation/step01_no_sync.py"

@@ -7,7 +7,9 @@ import pytest
 
 from distdocs.processes import session_members
 
-from docexec.commands import CommandRuns, run_command
+from docexec.commands import run_command
+from docexec.rule import problems
+from docexec.shared_runs import CommandRuns
 
 pytestmark = pytest.mark.processes  # the test tier: see the testing page
 
@@ -37,12 +39,9 @@ def test_torchrun_stops_at_the_failing_rank_and_shows_its_traceback():
 
 
 def test_a_rank_that_aborts_at_exit_fails_the_run_even_after_success():
-    runs = CommandRuns()
-    with pytest.raises(pytest.fail.Exception, match="exit code|aborted"):
-        runs.run_ok(f"torchrun --standalone --nproc_per_node=2 {SCRIPTS}/abort_at_exit.py")
-    assert (
-        "self-check passed" in runs.run(f"torchrun --standalone --nproc_per_node=2 {SCRIPTS}/abort_at_exit.py").stdout
-    )
+    result = CommandRuns().run(f"torchrun --standalone --nproc_per_node=2 {SCRIPTS}/abort_at_exit.py")
+    assert "self-check passed" in result.stdout, result.describe()
+    assert any("aborted" in p or "exit code" in p for p in problems(result)), result.describe()
 
 
 def test_an_example_command_sees_only_the_distdocs_modules_examples_may_import():
@@ -54,7 +53,7 @@ def test_an_example_command_sees_only_the_distdocs_modules_examples_may_import()
     )
     result = CommandRuns().run(probe)
     assert result.stdout.splitlines() == ["['step02_ring_allreduce.py']"], result.describe()
-    assert "No module named 'distdocs.calculators.memory'" in result.stderr, result.describe()
+    assert "No module named 'distdocs.calculators'" in result.stderr, result.describe()
 
 
 def _side_by_side(*calls):

@@ -8,8 +8,8 @@ from __future__ import annotations
 import re
 
 import pytest
+from support.runs import check_refusal
 
-from docexec.commands import check_refusal
 from docexec.fences import REPO
 
 pytestmark = pytest.mark.processes  # the test tier: see the testing page

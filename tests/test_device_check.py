@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from docexec.commands import ALLOWED_IN_EXAMPLES
+from docexec.copies import ALLOWED_IN_EXAMPLES
 from docexec.device_check import check_file
 from docexec.fences import REPO, all_examples
 

@@ -9,6 +9,7 @@ import re
 import pytest
 import torch
 
+from docexec.claims import claimed_fences
 from docexec.commands import COMMAND_TIMEOUT_S
 from docexec.fences import DOCS, EXAMPLES, REPO, all_examples, all_fences, classify, example_command, resolve_include
 from docexec.outputs import excerpt_missing, output_mismatch
@@ -218,36 +219,12 @@ def test_every_exercise_solution_file_is_shown_on_its_page():
     assert files and all(f'"{f.relative_to(REPO / "examples")}:' in shown for f in files), files
 
 
-def claimed_fences() -> dict[str, set[str]]:
-    """The command fences that tests check by what they print: each call of
-    docexec.fences.page_command(PAGE, TEXT) in tests/, as {page: {text, ...}}, and every fence that
-    a call of page_fences(PAGE, KIND) returns."""
-    import ast
-
-    claimed: dict[str, set[str]] = {}
-    for module in sorted((REPO / "tests").glob("test_*.py")):
-        for node in ast.walk(ast.parse(module.read_text())):
-            is_call = isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", "")) == (
-                "page_command"
-            )
-            if is_call and all(isinstance(a, ast.Constant) for a in node.args[:2]):
-                page, text = (a.value for a in node.args[:2])
-                claimed.setdefault(page, set()).add(text)
-            is_walk = isinstance(node, ast.Call) and getattr(node.func, "id", "") == "page_fences"
-            if is_walk and all(isinstance(a, ast.Constant) for a in node.args[:2]):
-                page, kind = (a.value for a in node.args[:2])
-                claimed.setdefault(page, set()).update(
-                    f.command for f in FENCES if f.where.startswith(page + ":") and f.kind == kind
-                )
-    return claimed
-
-
 @pytest.mark.fast
 def test_no_command_fence_is_checked_by_its_exit_code_alone():
     """Every command a page shows is followed by its Output or Excerpt, or runs an example (whose run
     must print "self-check passed", by docexec.rule), or a named test asserts on what it prints: one
     that finds it with page_command(). A GPU tab's command runs an example too, under the GPU check."""
-    claimed = claimed_fences()
+    claimed = claimed_fences(fences=FENCES)
     examples = {example_command(p) for p in all_examples()}
     shown = ("output", "excerpt", "node excerpt", "slurm excerpt")
     checked_after = {(f.path, f.attrs.get("after")) for f in FENCES if f.kind in shown}

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from docexec.commands import ALLOWED_IN_EXAMPLES
+from docexec.copies import ALLOWED_IN_EXAMPLES
 from docexec.fences import REPO, all_examples, example_command
 from docexec.rule import Expected
 from tools.sync_examples import SOURCE, differing_blocks, source_blocks, stamp
@@ -45,7 +45,7 @@ def test_example_passes_its_self_check(script, command_runs, record_property):
     result = command_runs.run_ok(command, expected=Expected(self_check=True))
     # Safe to paste: run as its docstring says, with no fault injected, it kills no process of its own,
     # and leaves every file it found where it ran (the reader's `checkpoints/` folder among them,
-    # docexec.commands.READERS_FILES) as it was.
+    # docexec.copies.READERS_FILES) as it was.
     assert not result.disturbed, f"{script.name} changed or removed files it did not create: {result.disturbed}"
     killed = SIGNALLED.findall(result.stderr)
     assert not killed, f"{script.name}: torchrun reports a rank ended by a signal: {killed}\n{result.describe()}"

@@ -9,8 +9,8 @@ import ast
 import re
 
 import pytest
+from support.runs import check_refusal
 
-from docexec.commands import check_refusal
 from docexec.fences import REPO
 
 pytestmark = pytest.mark.processes  # the test tier: see the testing page

@@ -26,10 +26,12 @@ import time
 from pathlib import Path
 
 import pytest
+from support.runs import check_refusal
 
 from distdocs.processes import kill_session, pids, process_stat
 
-from docexec.commands import check_refusal, command_env, fault_env
+from docexec.commands import command_env
+from docexec.fault_injection import fault_env
 from docexec.fences import REPO
 
 pytestmark = pytest.mark.processes  # the test tier: see the testing page

@@ -7,8 +7,7 @@ from __future__ import annotations
 import re
 
 import pytest
-
-from docexec.commands import check_refusal
+from support.runs import check_refusal
 
 pytestmark = pytest.mark.processes  # the test tier: see the testing page
 

@@ -11,7 +11,7 @@ import ast
 
 import pytest
 
-from docexec.commands import ALLOWED_IN_EXAMPLES
+from docexec.copies import ALLOWED_IN_EXAMPLES
 from docexec.fences import REPO
 
 pytestmark = pytest.mark.fast  # the test tier: see the testing page

@@ -23,7 +23,9 @@ import jsonschema
 import pytest
 import yaml
 
-from docexec.commands import Background, command_env, fault_env, lay_out_as_copied, with_faults
+from docexec.commands import Background, command_env
+from docexec.copies import lay_out_as_copied
+from docexec.fault_injection import fault_env, with_faults
 from docexec.fences import EXAMPLES, REPO, classify, page_fences
 from docexec.outputs import excerpt_missing
 

@@ -142,7 +142,7 @@ def test_teaching_pages_keep_their_own_checking_inside_the_collapsed_note():
 
 
 def test_the_testing_page_names_every_module_an_example_may_import():
-    from docexec.commands import ALLOWED_IN_EXAMPLES
+    from docexec.copies import ALLOWED_IN_EXAMPLES
 
     numbers = ["none", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten"]
     text = " ".join((DOCS / "appendix/testing.md").read_text().split())

@@ -9,11 +9,11 @@ import json
 import re
 
 import pytest
+from support.runs import check_refusal
 
 from distdocs import figures
 from distdocs.training.pipeline import bubble_fraction
 
-from docexec.commands import check_refusal
 from docexec.fences import REPO
 
 SCRIPT = "examples/pipeline_parallel/step03_schedules.py"

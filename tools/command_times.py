@@ -3,7 +3,7 @@
 
     python -m tools.command_times measurements/command-times.json   # minutes; listed in saved-data.yml
 
-Each command runs once, as the doc tests run it (docexec.commands: copied out, with a hard timeout),
+Each command runs once, as the doc tests run it (docexec.shared_runs: copied out, with a hard timeout),
 one at a time, with the GPUs hidden; a notebook runs whole, with plain python. Commands that two
 machines or a SLURM cluster run are left out: the tests set their scene, and each runs in seconds.
 """
@@ -18,8 +18,8 @@ import yaml
 
 from distdocs.bench.harness import machine_info
 
-from docexec.commands import CommandRuns
 from docexec.fences import REPO, classify
+from docexec.shared_runs import CommandRuns
 
 sys.path.insert(0, str(REPO / "hooks"))
 from reading_time import COMMAND_TIMES, DOCS, NOTEBOOK, command_key, page_parts  # noqa: E402

@@ -22,9 +22,9 @@ import sys
 import time
 from dataclasses import dataclass
 
-from docexec.commands import CommandRuns
 from docexec.fences import REPO, all_examples, all_fences, example_command
 from docexec.rule import EXIT_0, Expected, problems
+from docexec.shared_runs import CommandRuns
 
 BUDGET_S = 600
 REPORT = REPO / "measurements/gpu-check.txt"
@@ -39,7 +39,7 @@ class Item:
     expected: Expected
     ranks_shown: int | None = None  # the page's rank count, for an example
     ranks_run: int | None = None
-    fault: str | None = None  # the fault the page's fence has the test inject (docexec.commands.fault_env)
+    fault: str | None = None  # the fault the page's fence has the test inject (docexec.fault_injection.fault_env)
 
 
 def items(gpus: int) -> list[Item]:

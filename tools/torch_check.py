@@ -22,9 +22,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from docexec.commands import CommandRuns
 from docexec.fences import REPO, all_examples, example_command
 from docexec.rule import Expected, problems
+from docexec.shared_runs import CommandRuns
 
 FRAMEWORKS = {"deepspeed", "torchft"}  # examples that import one of these are not run here
 

@@ -1,5 +1,5 @@
 """Fault injection for the pages' failure demonstrations, loaded into every Python process of a run the
-way the exit probe is: docexec.commands puts this folder first on PYTHONPATH when a run asks for a
+way the exit probe is: docexec.fault_injection puts this folder first on PYTHONPATH when a run asks for a
 fault (`fault_env`), and this module then loads the exit probe itself, since Python imports only the
 first `sitecustomize` it finds. The examples carry no fault of their own: what a reader copies kills
 nothing, and the page shows how to cause the same fault by hand (`kill -9 <pid>`).

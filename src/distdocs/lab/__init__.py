@@ -7,5 +7,5 @@
 - `exits`: one torchrun launch, and how it ended (the exit soak's launcher).
 
 Readers use what sits beside this package (the calculators, the cost model, the `distdocs` command);
-examples import only the pieces their pages build (docexec.commands.ALLOWED_IN_EXAMPLES).
+examples import only the pieces their pages build (docexec.copies.ALLOWED_IN_EXAMPLES).
 """
