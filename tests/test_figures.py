@@ -11,6 +11,8 @@ import pytest
 from distdocs import figures
 
 from docexec.fences import REPO
+from tools.figures import draw, tensor_parallel_sizes
+from tools.figures import main as figures_command
 
 pytestmark = pytest.mark.fast  # the test tier: see the testing page
 
@@ -33,9 +35,9 @@ def test_saved_lr_curves_support_what_the_learning_rate_page_says():
 
 def test_figures_command_draws_the_file_and_rejects_bad_arguments(tmp_path, capsys):
     out = tmp_path / "lr.svg"
-    assert figures.main(["loss-curves", str(LR_DATA), str(out)]) == 0
+    assert figures_command(["loss-curves", str(LR_DATA), str(out)]) == 0
     assert out.read_text().startswith("<?xml")
-    assert figures.main(["no-such-figure", str(LR_DATA), str(out)]) == 2
+    assert figures_command(["no-such-figure", str(LR_DATA), str(out)]) == 2
     assert capsys.readouterr().err.startswith("usage: ")
 
 
@@ -61,14 +63,15 @@ def test_saved_local_sgd_curves_support_what_the_sync_page_says():
 def test_tensor_parallel_drawing_is_drawn_at_the_examples_sizes():
     example = REPO / "examples/tensor_parallel/step01_by_hand.py"
     svg = (REPO / "docs/assets/tensor-parallel.svg").read_text()
-    assert svg == figures.tensor_parallel_example(example.read_text())
-    assert svg == figures.tensor_parallel(64, 256, 8, 2)  # the sizes it read: D_MODEL, D_HIDDEN, batch, ranks
+    assert svg == draw("tensor-parallel", example.read_text())
+    assert tensor_parallel_sizes(example.read_text()) == (64, 256, 8, 2)  # D_MODEL, D_HIDDEN, batch, ranks
+    assert svg == figures.tensor_parallel(64, 256, 8, 2)
     assert "64×256" in svg or "64×256" in svg
 
 
 def test_in_production_chart_draws_the_pages_sim_commands_and_supports_its_alt_text():
     page = (REPO / "docs/operations/in-production.md").read_text()
-    assert (REPO / "docs/assets/in-production-speedups.svg").read_text() == figures.sim_commands(page)
+    assert (REPO / "docs/assets/in-production-speedups.svg").read_text() == draw("sim-commands", page)
     import re
     import shlex
 
@@ -127,7 +130,7 @@ def test_the_sharded_chart_draws_the_pages_checked_outputs_and_its_alt_text_agre
     example's runs at 2 and 4 ranks, so a changed example fails there or here, not silently."""
     page = (REPO / "docs/lesson/sharded-data-parallelism.md").read_text()
     svg = (REPO / "docs/assets/sharded-bytes.svg").read_text()
-    assert svg == figures.sharded_bytes(page)
+    assert svg == draw("sharded-bytes", page)
     rows = re.findall(r"^\s*(DDP|FSDP), rank (\d+)\s+(\d+)\s+(\d+)\s+(\d+)$", page, re.M)
     ddp = {tuple(map(int, r[2:])) for r in rows if r[0] == "DDP"}
     assert len(ddp) == 1

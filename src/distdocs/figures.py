@@ -1,17 +1,13 @@
-"""Figures drawn from saved data, as SVG text that depends only on the data: no date, and ids from a
-fixed salt, so that the same data always draws the same file and a test can redraw it.
-
-    python -m distdocs.figures loss-curves measurements/lr-scaling-cpu.json docs/assets/lr-scaling-cpu.svg
-    python -m distdocs.figures tensor-parallel examples/tensor_parallel/step01_by_hand.py OUT.svg
-    python -m distdocs.figures pipeline-schedules measurements/pipeline-schedules-cpu.json OUT.svg
+"""Figures drawn from the data they are given, as SVG text that depends only on the data: no date, and
+ids from a fixed salt, so that the same data always draws the same file and a test can redraw it.
+Nothing here reads a file: the benchmarks hand over their records, `distdocs sim` its steps, and
+tools/figures.py (`python -m tools.figures NAME INPUT OUT.svg`) what it read from saved data, a page
+or an example.
 """
 
 from __future__ import annotations
 
 import io
-import json
-import re
-import sys
 
 
 def pyplot():
@@ -145,24 +141,6 @@ def tensor_parallel(d_model: int, d_hidden: int, batch: int, world: int) -> str:
     return to_svg(fig)
 
 
-def tensor_parallel_example(source: str) -> str:
-    """`tensor_parallel` at the sizes the tensor-parallel example's source sets: D_MODEL, D_HIDDEN,
-    NPROC_PER_NODE, and the batch of its input `x`."""
-
-    def number(pattern: str) -> int:
-        found = re.search(pattern, source, re.M)
-        if not found:
-            raise ValueError(f"the example sets no {pattern!r}")
-        return int(found.group(1))
-
-    return tensor_parallel(
-        number(r"^D_MODEL = (\d+)"),
-        number(r"^D_HIDDEN = (\d+)"),
-        number(r"^\s*x = torch\.randn\((\d+), D_MODEL"),
-        number(r"^NPROC_PER_NODE = (\d+)"),
-    )
-
-
 def trace_timeline(trace: dict) -> dict:
     """From a Chrome trace that torch.profiler wrote: its steps, the stretches in which the main thread
     ran operators (top-level ones, merged), the gaps between them, and the collectives on the
@@ -241,31 +219,6 @@ def profile_trace(trace: dict) -> str:
     )
     fig.tight_layout()
     return to_svg(fig)
-
-
-def sim_commands(page: str) -> str:
-    """The speedup curves of every `distdocs sim` command line in `page` (a Markdown page's text), on one
-    chart, computed by the same code as the command: the tables a page shows, drawn together."""
-    import argparse
-    import shlex
-
-    from distdocs import arguments
-    from distdocs.calculators import costmodel
-
-    parser = argparse.ArgumentParser(prog="distdocs sim")
-    arguments.add_sim_arguments(parser)
-    curves = {}
-    for line in re.findall(r"^\s*distdocs sim (.*)$", page, re.M):
-        args = parser.parse_args(shlex.split(line))
-        work, network, _ = arguments.sim_inputs(args)
-        sizes = [int(n) for n in args.world_sizes.split(",")]
-        where = "2-core CPU, calibrated" if args.measured else network.name
-        curves[f"{where}, accumulation {args.accumulation}"] = costmodel.predict_steps(
-            work, sizes, network, args.algorithm
-        )
-    if not curves:
-        raise ValueError("the page has no `distdocs sim` command line")
-    return speedup_curves(curves, "the cost model over 1 to 8 ranks: speedup against ranks")
 
 
 def pipeline_schedules(data: dict) -> str:
@@ -424,16 +377,10 @@ def precision_layouts() -> str:
 SHARD_COLOURS = {"parameters": "#4c72b0", "gradients": "#dd8452", "Adam state": "#8172b3"}
 
 
-def sharded_bytes(page: str) -> str:
-    """The bytes each rank holds under DDP and under FSDP, from the runs' output blocks on the sharded
-    page (a Markdown page's text): one row for DDP, one for FSDP at each world size the page ran."""
-    runs = {}
-    for block in re.findall(r'```text title="Output"\n(.*?)```', page, re.S):
-        rows = re.findall(r"^\s*(DDP|FSDP), rank (\d+)\s+(\d+)\s+(\d+)\s+(\d+)$", block, re.M)
-        if rows:
-            runs[1 + max(int(r[1]) for r in rows)] = {(kind, int(rank)): list(map(int, b)) for kind, rank, *b in rows}
-    if not runs:
-        raise ValueError("the page shows no output of the sharded example")
+def sharded_bytes(runs: dict[int, dict[tuple[str, int], list[int]]]) -> str:
+    """The bytes each rank holds under DDP and under FSDP in the sharded example's runs (per world size,
+    the parameters', gradients' and Adam state's bytes of each (DDP or FSDP, rank)): one row for DDP,
+    one for FSDP at each world size."""
     ddp = next(iter(runs.values()))[("DDP", 0)]
     rows, total = {"DDP, every rank": dict(zip(SHARD_COLOURS, ddp))}, {"DDP, every rank": f"{sum(ddp):,} bytes"}
     for n, held in sorted(runs.items()):
@@ -443,33 +390,3 @@ def sharded_bytes(page: str) -> str:
         name = f"FSDP, each of {n} ranks"
         rows[name], total[name] = dict(zip(SHARD_COLOURS, fsdp)), f"{sum(fsdp):,} bytes: 1/{n}"
     return stacked_bytes(rows, SHARD_COLOURS, "kB each rank holds between steps (1 kB = 1,000 bytes)", total, 1000)
-
-
-# name: (draw from the input file's text, what the input is)
-FIGURES = {
-    "loss-curves": (lambda text: loss_curves(json.loads(text)), "DATA.json"),
-    "tensor-parallel": (tensor_parallel_example, "EXAMPLE.py"),
-    "profile-trace": (lambda text: profile_trace(json.loads(text)), "TRACE.json"),
-    "sim-commands": (sim_commands, "PAGE.md"),
-    "pipeline-schedules": (lambda text: pipeline_schedules(json.loads(text)), "DATA.json"),
-    "pipeline-schedules-summary": (lambda text: pipeline_schedules_summary(json.loads(text)), "DATA.json"),
-    "sharded-bytes": (sharded_bytes, "PAGE.md"),
-    "precision-layouts": (lambda text: precision_layouts(), "src/distdocs/calculators/memory.py"),
-}
-
-
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 3 or argv[0] not in FIGURES:
-        inputs = " | ".join(f"{name} {what}" for name, (_, what) in FIGURES.items())
-        print(f"usage: python -m distdocs.figures {{{inputs}}} OUT.svg", file=sys.stderr)
-        return 2
-    with open(argv[1]) as f:
-        svg = FIGURES[argv[0]][0](f.read())
-    with open(argv[2], "w") as f:
-        f.write(svg)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
