@@ -7,9 +7,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from distdocs.arguments import parse_rate
 from distdocs.calculators.costmodel import PRESETS
 from distdocs.calculators.fits import load_fit
-from distdocs.lab.links import rate_bits
 
 PLACEHOLDER = "<!-- explorer-presets -->"
 SAVED_RUN = Path(__file__).resolve().parent.parent / "measurements" / "allreduce-cpu.json"
@@ -41,7 +41,7 @@ def measured_runs() -> dict:
     1-rank step as its computation, no overlap, as on CPU ranks)."""
     runs = {}
     scale = [r for r in json.loads(SCALE_MODEL.read_text())["records"] if r["case"] == "production" and "speedup" in r]
-    for link in sorted({r["link"] for r in scale}, key=rate_bits):
+    for link in sorted({r["link"] for r in scale}, key=parse_rate):
         mine = [r for r in scale if r["link"] == link]
         points = {}
         for r in sorted(mine, key=lambda r: (r["accumulation"], r["workers"])):

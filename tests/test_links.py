@@ -13,6 +13,7 @@ import sys
 
 import pytest
 
+from distdocs.arguments import parse_rate
 from distdocs.bench.allreduce import link_fits
 from distdocs.bench.prediction import speedups
 from distdocs.lab import links
@@ -41,13 +42,13 @@ def test_a_dialled_link_delivers_its_rate_each_way(rate):
     """The best of three transfers each way (as iperf reports a link), each about 0.3 s at the rate:
     on two shared cores a single transfer can be starved of CPU, which says nothing of the link."""
     needs_root()
-    nbytes = int(links.rate_bits(rate) / 8 * 0.3)
+    nbytes = int(parse_rate(rate) / 8 * 0.3)
     with links.Network(2, rate) as net:
         there = max(links.measure_rate(net, 0, 1, nbytes) for _ in range(3))
         back = max(links.measure_rate(net, 1, 0, nbytes) for _ in range(3))
         names = net.namespaces()
     for measured in (there, back):
-        assert abs(measured / links.rate_bits(rate) - 1) <= SOCKET_TOLERANCE, (rate, there, back)
+        assert abs(measured / parse_rate(rate) - 1) <= SOCKET_TOLERANCE, (rate, there, back)
     assert not set(names) & set(links.leftover_namespaces()), "namespaces outlived their network"
 
 
@@ -96,7 +97,7 @@ def test_the_pages_command_fits_each_dialled_rate_within_15_percent(command_runs
 def test_the_link_fit_takes_each_sizes_fastest_iteration():
     """A rank kept waiting for a CPU only adds time: two iterations of three slowed by a third put
     the median's fit at 0.75 of the rate, and the fastest iteration's fit recovers it exactly."""
-    rate = links.rate_bits("100mbit")
+    rate = parse_rate("100mbit")
     records = [
         {"impl": "gloo", "world_size": 2, "bytes": n, "time_s": 8 * n / rate * 4 / 3, "best_s": 8 * n / rate}
         | {"link": "100mbit", "nodes": 2}

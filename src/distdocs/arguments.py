@@ -1,5 +1,5 @@
-"""Argument handling for the `distdocs` command and its benchmarks: the parsers of sizes, counts and
-lists, the flags of each calculator, and the one error they raise. Bad input becomes one line on
+"""Argument handling for the `distdocs` command and its benchmarks: the parsers of sizes, counts, rates
+and lists, the flags of each calculator, and the one error they raise. Bad input becomes one line on
 stderr and exit code 2 (`UsageError`, which `distdocs.cli` prints). Nothing here imports torch, so
 that `distdocs --help` and the calculators answer at once."""
 
@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 
 SUFFIXES = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+RATE_UNITS = {"kbit": 1e3, "mbit": 1e6, "gbit": 1e9}
 
 
 class UsageError(ValueError):
@@ -29,6 +31,15 @@ def parse_size(text: str) -> int:
     ok = number.isdigit() and int(number) * scale >= 4 and int(number) * scale % 4 == 0
     require(ok, f"bad size {text!r}: use bytes (a multiple of 4) or 256K, 4M, 1G (binary units)")
     return int(number) * scale
+
+
+def parse_rate(text: str) -> float:
+    """'100mbit' -> 1e8: a link's rate in tc's spelling (a number, then kbit, mbit or gbit; decimal
+    units), in bits per second. The benchmarks' --link flags, the lab's links and the explorer read
+    rates with it."""
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)(kbit|mbit|gbit)", text)
+    require(m is not None, f"rate {text!r}: expected a number and kbit, mbit or gbit, as in 100mbit or 1gbit")
+    return float(m.group(1)) * RATE_UNITS[m.group(2)]
 
 
 def parse_list(text: str, kind: type, what: str, minimum: float = 1) -> list:

@@ -19,10 +19,9 @@ from __future__ import annotations
 import argparse
 import math
 
-from distdocs.arguments import parse_list, parse_size, require
+from distdocs.arguments import parse_list, parse_rate, parse_size, require
 from distdocs.bench.allreduce_sweep import DEFAULT_IMPLS, IMPLS, bench_allreduce
 from distdocs.bench.harness import WARMUP, machine_line, parse_links
-from distdocs.lab import links
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -160,7 +159,7 @@ def link_fits(records: list[dict]) -> list[dict]:
     for link, n in sorted({(r.get("link", "loopback"), r["world_size"]) for r in records if r["impl"] == "gloo"}):
         fit = fit_alpha_beta(records, "gloo", world_size=n, link=link)
         bits = 8 / fit.network.beta
-        dialled = None if link == "loopback" else links.rate_bits(link)
+        dialled = None if link == "loopback" else parse_rate(link)
         fits.append(
             {
                 "link": link,

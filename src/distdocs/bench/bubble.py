@@ -13,10 +13,9 @@ from __future__ import annotations
 import argparse
 import statistics
 
-from distdocs.arguments import parse_list, require
+from distdocs.arguments import parse_list, parse_rate, require
 from distdocs.bench.harness import machine_line, table
 from distdocs.lab.emulated_pipeline import SCHEDULES, pipeline_idle
-from distdocs.lab.links import rate_bits
 from distdocs.lab.world import World
 
 FORWARD_S, BACKWARD_S, ACTIVATION_BYTES, LINK = 0.020, 0.040, 64 * 1024, "1gbit"
@@ -35,7 +34,7 @@ def main(args: argparse.Namespace, progress=None) -> list[dict]:
     names = [s.strip() for s in args.schedules.split(",")]
     require(max(stages) <= 8 and args.steps >= 1, "--stages must be 2 to 8, --steps positive")
     require(all(n in SCHEDULES for n in names), f"--schedules: {', '.join(SCHEDULES)}")
-    rate_bits(LINK)
+    parse_rate(LINK)
     points = [(p, m, name) for name in names for p in stages for m in counts]
     with World(max(stages), timeout_s=600) as world:
         found = world.run(pipeline_idle, points, LINK, FORWARD_S, BACKWARD_S, ACTIVATION_BYTES, args.steps)[0]

@@ -30,7 +30,7 @@ import statistics
 import time
 from dataclasses import asdict, dataclass, replace
 
-from distdocs.arguments import UsageError, parse_list, require
+from distdocs.arguments import UsageError, parse_list, parse_rate, require
 from distdocs.calculators import costmodel, fits
 from distdocs.lab import links
 from distdocs.lab.emulated import Point, allreduce_timings, measure
@@ -186,12 +186,12 @@ def scale_job(spec: str) -> dict:
     compute against sync, and every speedup, are the job's; DDP's bucket caps shrink with the gradient."""
     try:
         gradient_mb, compute_ms, link = (part.strip() for part in spec.split(","))
-        gradient, compute, rate = float(gradient_mb) * MiB, float(compute_ms) / 1e3, links.rate_bits(link)
+        gradient, compute, rate = float(gradient_mb) * MiB, float(compute_ms) / 1e3, parse_rate(link)
     except ValueError:
         raise UsageError(f"--job: expected GRADIENT_MB,COMPUTE_MS,LINK as in 97.5,305,1gbit, got {spec!r}") from None
     require(gradient > 0 and compute > 0, "--job: the gradient and the compute must be positive")
     shrink = gradient / PRODUCTION["gradient_bytes"]
-    stretch = rate / links.rate_bits(LIVE_LINK) / shrink
+    stretch = rate / parse_rate(LIVE_LINK) / shrink
     scaled = compute * stretch
     require(1e-3 <= scaled <= 10, f"--job: scaled, a micro-batch takes {scaled * 1e3:.4g} ms; 1 ms to 10 s run here")
     return {
@@ -213,8 +213,8 @@ def main(args: argparse.Namespace, progress=None) -> list[dict]:
     rates = [r.strip() for r in (args.link or LIVE_LINK).split(",")] if not args.sweep else list(SWEEP_LINKS)
     for flag, rate in [*(("--link", r) for r in rates), ("--inside", args.inside or "1gbit")]:
         try:
-            links.rate_bits(rate)
-        except ValueError as e:
+            parse_rate(rate)
+        except UsageError as e:
             raise UsageError(f"{flag}: {e}") from None
     require(args.inside is None or args.per_node > 1, "--inside needs --per-node of 2 or more")
     workers = parse_list(args.workers or ("1,2,4,8,16" if args.job else "1,2,4,8"), int, "--workers", minimum=1)
@@ -266,7 +266,7 @@ class Shape:
     def inside_rate(self, rate: str) -> str:
         if self.inside:
             return self.inside
-        bits = links.rate_bits(rate) * 10
+        bits = parse_rate(rate) * 10
         return f"{bits / 1e9:g}gbit" if bits % 1e9 == 0 else f"{bits / 1e6:g}mbit"
 
     def wire(self, rate: str, per_node: int | None = None) -> LinkSpec | None:
@@ -506,7 +506,7 @@ def plot(records: list[dict], machine: dict) -> str:
     mine = [r for r in records if r["case"] == "production" and r["accumulation"] == 1 and "speedup" in r]
     curves = {
         link.replace("mbit", " Mbit/s").replace("gbit", " Gbit/s"): [r for r in mine if r["link"] == link]
-        for link in sorted({r["link"] for r in mine}, key=links.rate_bits, reverse=True)
+        for link in sorted({r["link"] for r in mine}, key=parse_rate, reverse=True)
     }
     return _speedups(curves, machine, f"one micro-batch of {mine[0]['compute_ms']:.1f} ms per step")
 

@@ -14,7 +14,7 @@ import statistics
 import torch
 from torch import nn
 
-from distdocs.arguments import UsageError, require
+from distdocs.arguments import UsageError, parse_rate, require
 from distdocs.lab import links
 from distdocs.lab.world import World
 from distdocs.training.timing import slowest_rank_seconds  # noqa: F401  (every benchmark's timer)
@@ -79,8 +79,8 @@ def parse_links(text: str, world_sizes: list[int], nodes: int) -> list[str | Non
     require(bool(rates), "--link: expected loopback or a rate such as 100mbit")
     for rate in (r for r in rates if r != "loopback"):
         try:
-            links.rate_bits(rate)
-        except ValueError as e:
+            parse_rate(rate)
+        except UsageError as e:
             raise UsageError(f"--link: {e}") from None
         uneven = [n for n in world_sizes if n > 1 and n % nodes]
         require(nodes >= 2 and not uneven, f"--nodes {nodes}: need 2 or more, dividing every world size")

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import re
 import shutil
 import socket
 import subprocess
@@ -39,11 +38,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from distdocs.arguments import parse_rate
+
 PREFIX = "distdocs-net"
 NETNS_DIR = Path("/var/run/netns")
 CLONE_NEWNET = 0x40000000
-RATE = re.compile(r"^(\d+(?:\.\d+)?)(kbit|mbit|gbit)$")
-UNITS = {"kbit": 1e3, "mbit": 1e6, "gbit": 1e9}
 # tbf's bucket: rate x 2 ms, and never less than a 64 KiB GSO frame (so 250 KB at 1 Gbit/s, 64 KiB
 # at 100 Mbit/s). A bucket much smaller than that
 # undershoots the rate at 1 Gbit/s (the qdisc's timer fires late); a much larger one lets the first
@@ -55,19 +54,11 @@ _created = 0
 def burst_bytes(rate: str) -> int:
     """The bytes a link of `rate` lets through at once after a pause: its tbf bucket. A real link
     has no such burst; a model of a message over a dialled link counts it as sent for free."""
-    return max(64 * 1024, int(rate_bits(rate) / 8 * BUCKET_S))
+    return max(64 * 1024, int(parse_rate(rate) / 8 * BUCKET_S))
 
 
 class LinkError(RuntimeError):
     """Why a network cannot be built here, in one line."""
-
-
-def rate_bits(rate: str) -> float:
-    """'100mbit' -> 1e8: tc's spelling of a rate, in bits per second."""
-    m = RATE.match(rate)
-    if not m:
-        raise ValueError(f"rate {rate!r}: expected a number and kbit, mbit or gbit, as in 100mbit or 1gbit")
-    return float(m.group(1)) * UNITS[m.group(2)]
 
 
 _can_build: str | None = None  # "" once a probe succeeded in this process; else why it failed
@@ -145,10 +136,10 @@ class Network:
         if nodes < 1 or nodes > 250:
             raise ValueError(f"nodes: {nodes}, expected 1 to 250")
         self.rate = rate
-        self.rate_bits = rate_bits(rate) if rate else None
+        self.rate_bits = parse_rate(rate) if rate else None
         self.inside = inside
         if inside:
-            rate_bits(inside)
+            parse_rate(inside)
         _created += 1
         self.name = f"{PREFIX}-{os.getpid()}-{_created}"
         self.switch = f"{self.name}-sw"
@@ -203,10 +194,10 @@ class Network:
     def set_rate(self, rate: str) -> None:
         """Dial every link of a built network to `rate`, in place: the ranks on it keep their
         connections, so that one world can be measured at several rates."""
-        rate_bits(rate)
+        parse_rate(rate)
         if not self._built:
             raise LinkError("set_rate: the network is not built")
-        self.rate, self.rate_bits = rate, rate_bits(rate)
+        self.rate, self.rate_bits = rate, parse_rate(rate)
         for n in self.nodes:
             for ns, dev in ((n.namespace, "eth0"), (self.switch, f"p{n.index}")):
                 self._limit(ns, dev, "replace")

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from distdocs.lab.links import rate_bits
+from distdocs.arguments import parse_rate
 from distdocs.training.collectives import ring_allreduce
 
 # tbf counts a frame's bytes from the Ethernet header on: a TCP segment at MTU 1500 carries 1448 bytes
@@ -55,9 +55,9 @@ class LinkSpec:
     inside: str | None = None
 
     def __post_init__(self):
-        rate_bits(self.rate)
+        parse_rate(self.rate)
         if self.inside:
-            rate_bits(self.inside)
+            parse_rate(self.inside)
         if self.latency_s < 0 or self.per_node < 1:
             raise ValueError(f"latency {self.latency_s} s and {self.per_node} ranks per node: expected >= 0 and >= 1")
 
@@ -66,7 +66,7 @@ class Card:
     """One network card: sends one message after another, each taking its bytes at the card's rate."""
 
     def __init__(self, rate: str) -> None:
-        self.seconds_per_byte = 8 / (rate_bits(rate) * PAYLOAD_SHARE)
+        self.seconds_per_byte = 8 / (parse_rate(rate) * PAYLOAD_SHARE)
         self.free_at = 0.0
         self.lock = threading.Lock()
 
