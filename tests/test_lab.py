@@ -4,21 +4,10 @@ the scale model live, its links paced by the ranks, where no namespace or tc can
 
 from __future__ import annotations
 
-import os
-
 import pytest
+from support.lab_notebook import lab_without_root
 
 pytestmark = pytest.mark.processes  # the test tier: see the testing page
-
-LAB = "docs/lab/simulate-data-parallel-sync.py"
-
-
-def lab_without_root() -> str:
-    """The lab's command as a reader without root runs it. As root (CI), inside a user namespace of its
-    own (`unshare --user`), where it is uid 65534, nobody, with no capability outside: distdocs.lab.links
-    refuses it (it never tries a namespace), as it refuses any ordinary user. Dropping to nobody with
-    setpriv would do the same, where nobody may run this Python; in CI's image it lives in /root."""
-    return f"unshare --user python {LAB}" if os.geteuid() == 0 else f"python {LAB}"
 
 
 def test_lab_runs_with_plain_python_and_measures_step_3_without_root(command_runs):

@@ -14,6 +14,7 @@ import time
 
 import pytest
 import torch
+from support.lab_notebook import lab_without_root
 
 from distdocs import cli
 from distdocs.bench import emulated as bench
@@ -202,8 +203,6 @@ def test_the_ranks_pacing_gives_tcs_steps_within_10_percent_and_the_model_predic
     paced by the ranks (distdocs.lab.wire), at the points it shows (1, 2, 4 and 8 workers; 1 and 4
     micro-batches; 100 Mbit/s). Each point's best step is within 10% of the tc run's, and the cost
     model, fitted on each run's own links, within 10% of both."""
-    from test_lab import lab_without_root
-
     if bench.EMULATION_SAYS["tc"] not in live["out"]:
         pytest.skip("needs root: the overview's run paced its links in the ranks too, with no tc to compare")
     result = command_runs.run_ok(lab_without_root())

@@ -7,82 +7,25 @@ to its batch shell, checkpoints on SIGTERM, requeues and resumes; and USR1 sent 
 kills torchrun, and the job fails. Nothing the cluster started is left running.
 
 Every job runs once, in one cluster, under a lock that the pytest-xdist workers share, started in the
-background when the session begins (tests/conftest.py); the tests read the records. Needs root and the
-SLURM packages (`make slurm` installs them); without them the tests skip, saying so. `make slurm-check`
-runs this file alone."""
+background when the session begins (tests/support/slurm_runs.py, which tests/plugins/background.py
+starts); the tests read the records. Needs root and the SLURM packages (`make slurm` installs them);
+without them the tests skip, saying so. `make slurm-check` runs this file alone."""
 
 from __future__ import annotations
 
-import json
 import os
-import random
-import threading
-import time
-from pathlib import Path
 
 import pytest
+from support.slurm_runs import EVENTS, run_once
 
-from distdocs.bench import slurm as bench
-from distdocs.lab import links
 from distdocs.lab.slurm import Cluster, SlurmError, check_can_run
 
-from docexec.commands import file_lock
 from docexec.fences import REPO, classify
 from docexec.outputs import DIGEST, excerpt_missing
 
 pytestmark = pytest.mark.processes
 
 UNINTERRUPTED = "torchrun --standalone --nproc_per_node=2 examples/fault_tolerance/step01_resume_after_kill.py"
-EVENTS = ("none", "node-loss", "preempt", "usr1-to-steps")
-
-
-def run_every_event(folder: Path, seed: int) -> dict:
-    rng = random.Random(seed)
-    records = {}
-    cluster = Cluster(folder / "cluster")
-    try:
-        cluster.start()
-        (folder / "config").mkdir(parents=True)
-        config = bench.shell(cluster, bench.CONFIG, folder / "config")
-        records["config"] = {"commands": [bench.CONFIG], "output": config}
-        for event in EVENTS:
-            records[event] = bench.run_job(cluster, folder / event, event, rng, slow=event != "none")
-        records["converted"] = bench.run_job(
-            cluster, folder / "converted", "none", rng, submit=bench.CONVERTED_SUBMIT, example=bench.CONVERTED
-        )
-    finally:
-        cluster.stop()
-    time.sleep(0.5)
-    records["left"] = {
-        "processes": cluster.leftovers(),
-        "namespaces": [ns for ns in cluster.net.namespaces() if (links.NETNS_DIR / ns).exists()],
-    }
-    return records
-
-
-def run_once(folder: Path) -> dict:
-    """Every event's records, from the one run of this test session: made now, under a lock that the
-    pytest-xdist workers share, unless another worker made it or is making it (then wait for it)."""
-    seed = int(os.environ["DISTDOCS_KILL_SEED"])
-    done = folder / "records.json"
-    with file_lock(folder.parent / "slurm.lock"):
-        if not done.exists():
-            folder.mkdir(parents=True, exist_ok=True)
-            done.write_text(json.dumps(run_every_event(folder, seed)))
-    return json.loads(done.read_text()) | {"seed": seed}
-
-
-def start_in_background(folder: Path) -> threading.Thread | None:
-    """The run takes minutes of waiting for SLURM and little CPU: tests/conftest.py starts it in a
-    thread of the first worker when the session begins, so that no worker sits waiting for it. None
-    where SLURM cannot run here (the tests then skip, saying why)."""
-    try:
-        check_can_run()
-    except SlurmError:
-        return None
-    thread = threading.Thread(target=run_once, args=(folder,), name="slurm-runs", daemon=True)
-    thread.start()
-    return thread
 
 
 @pytest.fixture(scope="session")

@@ -1,10 +1,7 @@
-"""Where the test suite's time goes, from a run with `--cpu-profile FILE` (tests/conftest.py).
+"""Where the test suite's time goes, from a run with `--cpu-profile FILE` (tests/plugins/cpu_profile.py).
 
     make test PYTEST_ARGS=--cpu-profile=/tmp/cpu.jsonl        # note the wall time make test took
-    python -m tools.suite_profile /tmp/cpu.jsonl WALL_S measurements/test-durations.json \
-        > measurements/test-durations-cpu.txt
-
-The JSON holds each test's wall seconds: tests/conftest.py hands the tests out longest first from it.
+    python -m tools.suite_profile /tmp/cpu.jsonl WALL_S > measurements/test-durations-cpu.txt
 
 On 2 cores the suite is bounded by the CPU its tests use (their own and their children's: torchrun,
 the ranks, Chromium), not by the sum of their wall times, which overlap when test workers run side by
@@ -49,22 +46,13 @@ def profile(rows: list[dict], wall_s: float, top: int = 25) -> str:
     return "\n".join(lines)
 
 
-def durations(rows: list[dict]) -> dict[str, float]:
-    """Each test's wall seconds: the order tests/conftest.py hands them out in, longest first."""
-    return {r["test"]: round(r["wall_s"], 1) for r in sorted(rows, key=lambda r: r["test"])}
-
-
 def main(argv: list[str]) -> int:
-    if len(argv) not in (2, 3):
-        print("usage: python -m tools.suite_profile CPU_PROFILE.jsonl WALL_SECONDS [DURATIONS.json]", file=sys.stderr)
+    if len(argv) != 2:
+        print("usage: python -m tools.suite_profile CPU_PROFILE.jsonl WALL_SECONDS", file=sys.stderr)
         return 2
     with open(argv[0]) as f:
         rows = [json.loads(line) for line in f if line.strip()]
     print(profile(rows, float(argv[1])))
-    if len(argv) == 3:
-        with open(argv[2], "w") as f:
-            json.dump(durations(rows), f, indent=0)
-            f.write("\n")
     return 0
 
 
