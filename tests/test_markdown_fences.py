@@ -78,3 +78,11 @@ def test_every_kind_of_fence_is_recognised(tmp_path):
     assert background.command.endswith("wait")
     assert excused.reason == "it serves the site until stopped"
     assert [f.line for f in fences][:2] == [3, 7]
+
+
+def test_a_not_executed_comment_without_a_reason_excuses_nothing(tmp_path):
+    """The coverage test counts a "not executed" fence as excused: it is one only with a reason."""
+    page = tmp_path / "page.md"
+    fence = "```bash\nmake serve\n```\n"
+    page.write_text(f"<!-- not executed: -->\n{fence}\n<!-- not executed: a server -->\n{fence}")
+    assert [(f.kind, f.reason) for f in classify(page)] == [("unverified", ""), ("not executed", "a server")]
