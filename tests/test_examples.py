@@ -12,6 +12,7 @@ import sys
 
 import pytest
 
+from docexec.commands import COMMAND_TIMEOUT_S
 from docexec.copies import ALLOWED_IN_EXAMPLES
 from docexec.fences import REPO, all_examples, example_command
 from docexec.rule import Expected
@@ -222,12 +223,15 @@ def constants(script) -> tuple[str, dict[str, int]]:
 @pytest.mark.parametrize("script", DISTRIBUTED, ids=DISTRIBUTED_IDS)
 def test_example_names_its_rank_count_and_timeout_as_the_first_lesson_does(script):
     """The setup sections are identical; what differs between examples is a named constant at the top,
-    explained by the same comment, and the rank count is the docstring command's."""
+    explained by the same comment, and the rank count is the docstring command's. The timeout is the
+    minute or less that the comment says, and so well inside the runner's hard timeout: a hung
+    collective fails in the run, with torch's own error, rather than being killed with nothing said."""
     block, values = constants(script)
     assert block == constants(FIRST)[0], f"{script.name}: its constants block differs from {FIRST.name}'s"
     nproc = re.search(r"--nproc_per_node=(\d+)", example_command(script)).group(1)
     assert values["NPROC_PER_NODE"] == int(nproc), f"{script.name}: NPROC_PER_NODE is not the launch command's {nproc}"
-    assert values["TIMEOUT_S"] > 0
+    limit = min(60, COMMAND_TIMEOUT_S / 2)
+    assert 0 < values["TIMEOUT_S"] <= limit, f"{script.name}: TIMEOUT_S = {values['TIMEOUT_S']}, not in 1..{limit:g}"
 
 
 @pytest.mark.fast
