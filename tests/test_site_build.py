@@ -1,6 +1,6 @@
 """The built site, read as files: `mkdocs build --strict` is clean, includes are expanded,
 collapsed code is plain, every link inside the site resolves, and nothing loads from another host.
-The build itself is the `site_dir` fixture (conftest.py), shared by every test_site_* module."""
+The build itself is the `site_dir` fixture (tests/plugins/built_site.py), shared by every test_site_* module."""
 
 from __future__ import annotations
 

@@ -28,7 +28,7 @@ def long_waits_in_the_background(request, tmp_path_factory):
         if "tests/test_slurm.py" in modules:
             threads.append(start_in_background(shared / "slurm"))
         for thread in threads:
-            if thread is not None and not thread.is_alive():
+            if thread is not None and thread.ident is None:  # start_in_background starts its own
                 thread.start()
     yield
     for thread in threads:

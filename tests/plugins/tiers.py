@@ -3,6 +3,8 @@ the order the tests are handed out in; and `--page`, which keeps what one page s
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 TIERS = ("fast", "processes", "site")  # pyproject.toml says what each means; the testing page, why
@@ -20,7 +22,8 @@ def pytest_addoption(parser):
 def pytest_collection_modifyitems(config, items):
     """Every test is in exactly one tier, or the collection fails. The pages' inline python fences
     (collected by pytest-markdown-docs from docs/) are small in-process blocks: the fast tier. Then the
-    site's tests are put first, and with --page only what the page shows and the fast tier are kept."""
+    site's tests are put early (after the first round), and with --page only what the page shows and
+    the fast tier are kept."""
     untiered = []
     for item in items:
         if item.nodeid.startswith("docs/"):
@@ -28,12 +31,15 @@ def pytest_collection_modifyitems(config, items):
         tiers = {m.name for m in item.iter_markers() if m.name in TIERS}
         if len(tiers) != 1 and item.get_closest_marker("upstream") is None:
             untiered.append(f"{item.nodeid}: {', '.join(sorted(tiers)) or 'no tier'}")
-    # The site's tests go out first (the sort is stable: the rest keep pytest's order). They hold some
-    # of the run's longest waits, for the one site build (which plugins/background.py starts as the
-    # session begins) and then in Chromium; handed out last, they could end the run late. Under make
-    # test's --maxschedchunk 1 a worker takes two tests and then one at a time, in this order, so every
-    # worker starts on site tests: each waits out the build and opens a browser of its own.
-    items.sort(key=lambda item: item.get_closest_marker("site") is None)
+    # The site's tests go out early, after the first round (the order is otherwise pytest's). They hold
+    # some of the run's longest waits, for the one site build (which plugins/background.py starts as
+    # the session begins) and then in Chromium; handed out last, they could end the run late. Under
+    # make test's --maxschedchunk 1 each worker takes two tests and then one at a time, in this order:
+    # the first round is other tests, so that the workers are busy while the site is being built.
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    site = [item for item in items if item.get_closest_marker("site")]
+    rest = [item for item in items if not item.get_closest_marker("site")]
+    items[:] = rest[: 2 * workers] + site + rest[2 * workers :]
     if config.getoption("--page"):
         keep = [item for item in items if item.get_closest_marker("fast") or shows(config.getoption("--page"), item)]
         config.hook.pytest_deselected(items=[item for item in items if item not in keep])
