@@ -11,8 +11,9 @@ from dataclasses import replace
 
 import pytest
 
-from distdocs.bench.compression import HOOKS, _train, payload_bytes, payload_calls
+from distdocs.bench.compression import HOOKS, _train, payload_bytes, payload_calls, predict
 from distdocs.calculators.costmodel import Network, Workload, step_time
+from distdocs.lab import links
 from distdocs.lab.world import World
 
 from docexec.fences import REPO, page_command
@@ -130,6 +131,44 @@ def test_the_pages_command_counts_the_bytes_and_is_predicted(command_runs):
     # eight ranks beside it. A wrong byte count (fp16's 2x, a missing 2(n-1)/n) still falls below it.
     assert LIVE_FLOOR <= float(none[8]) <= RATIO_BOUNDS[1], result.describe()
     assert min(float(fp16[8]), float(fp16[9])) <= RATIO_BOUNDS[1], result.describe()
+
+
+@pytest.mark.fast
+def test_predict_adds_the_links_time_for_the_bytes_beyond_each_burst():
+    """compression.predict() on made-up records whose computation c is known: the loopback step is c
+    plus the α-β time of the hook's payload there, so the prediction on the link is c plus the α-β
+    time there of the bytes beyond each all_reduce's burst; PowerSGD's all_reduces all fit in the
+    burst, so its prediction is c alone. A wrong compression factor or burst fails it exactly."""
+    shapes = [[1024, 1024], [1024]]
+    gradient = 4 * (1024 * 1024 + 1024)
+    c, batch, measured = 0.030, 16, 0.5
+    (a0, b0), (a1, b1) = (1e-4, 1e-9), (2e-4, 8 / 95e6)  # loopback's α and β; the link's
+    records = []
+    for hook in ("none", "fp16", "powersgd-1"):
+        calls = payload_calls([tuple(s) for s in shapes], hook)
+        common = {"hook": hook, "shapes": shapes, "gradient_bytes": gradient, "batch_per_rank": batch}
+        records += [
+            {**common, "world_size": 1, "link": "loopback", "step_s": c},
+            {**common, "world_size": 2, "link": "loopback", "step_s": c + 2 * a0 + b0 * sum(calls)}
+            | {"alpha_s": a0, "beta_s_per_byte": b0},
+            {**common, "world_size": 2, "link": "100mbit", "step_s": measured, "alpha_s": a1, "beta_s_per_byte": b1},
+        ]
+    burst = links.burst_bytes("100mbit")
+    for x in predict(records):
+        calls = payload_calls([tuple(s) for s in shapes], x["hook"])
+        assert x["compression"] == pytest.approx(sum(calls) / gradient, rel=1e-12)
+        if x["link"] == "loopback":
+            assert "predicted_step_s" not in x, x
+            continue
+        beyond = sum(max(0, n - burst) for n in calls)  # 2 ranks: 2 messages, each rank sends the payload once
+        due = c + (2 * a1 + b1 * beyond if beyond else 0.0)
+        assert x["compute_fed_s"] == pytest.approx(c, rel=1e-9), x
+        assert x["predicted_step_s"] == pytest.approx(due, rel=1e-9) and x["ratio"] == pytest.approx(due / measured), x
+        assert x["compression_on_link"] == pytest.approx(beyond / gradient, rel=1e-12), x
+    fp16 = next(x for x in records if (x["hook"], x["link"]) == ("fp16", "100mbit"))
+    assert fp16["ratio_from_1_rank"] == pytest.approx((c + 2 * a1 + b1 * (gradient / 2 - burst)) / measured), fp16
+    powersgd = next(x for x in records if (x["hook"], x["link"]) == ("powersgd-1", "100mbit"))
+    assert powersgd["predicted_step_s"] == pytest.approx(c, rel=1e-9), powersgd
 
 
 @pytest.mark.fast
