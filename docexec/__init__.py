@@ -26,9 +26,10 @@ the suite. `all_fences()` covers every page, `all_examples()` every script under
 - `docexec.fault_injection`: a run may ask for a fault (`fault=` on a page's command fence);
   `docexec/faults/` then takes the probe's place on the path, loads it, and SIGKILLs a rank at a
   step or cuts a checkpoint write short, once per run, so that the examples carry no fault of their own.
-- `docexec.shared_runs`: `CommandRuns` runs each distinct command once per test session; under
-  pytest-xdist, once for all workers (a file lock and a saved result), and commands that fix the
-  same port never overlap.
+- `docexec.shared_runs`: `CommandRuns` runs each launch once per test session, keyed by
+  `launch_key` (settings, launcher, script and arguments, however the launcher's options are
+  spelled), so that a page, a docstring and a test share it; under pytest-xdist, once for all workers
+  (a file lock and a saved result), and commands that fix the same port never overlap.
 - `docexec.refusals`: how an example refuses bad settings (one line, exit code 2, before any
   process group), checked in this process in milliseconds or from a real launch.
 

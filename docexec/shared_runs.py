@@ -1,6 +1,11 @@
-"""One run per distinct command for a whole test session, shared by the parallel test processes of
+"""One run per distinct launch for a whole test session, shared by the parallel test processes of
 pytest-xdist: the first to ask runs it under a file lock and saves the result, the others wait for
-the lock and read it. Commands that fix the same port never overlap."""
+the lock and read it. Commands that fix the same port never overlap.
+
+Two commands are one launch when they have the same `launch_key`: the same settings, launcher, script
+and arguments, however the launcher's own options are spelled or ordered (`--nproc_per_node=2` and
+`--nproc-per-node 2` are one option). A command that is not a single launch (a pipe, `&&`, `&`,
+`wait`, several lines, a comment) is its own key, character for character."""
 
 from __future__ import annotations
 
@@ -10,14 +15,94 @@ import hashlib
 import json
 import pickle
 import re
+import shlex
 import socket
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from docexec.commands import COMMAND_TIMEOUT_S, CommandResult, command_env, run_command
 from docexec.copies import EXAMPLE_PATH, disturbed, set_up_as_reader
 from docexec.fault_injection import fault_env, with_faults
 from docexec.fences import REPO
+
+# torchrun's options that take no value; each of its other options takes one (`--x=v` or `--x v`).
+TORCHRUN_FLAGS = {"standalone", "no-python", "module", "m", "run-path", "virtual-local-rank"}
+# python's own options that take the next word (`-X dev`, written `-Xdev` in a key); `-m MODULE` and
+# `-c CODE` end its options.
+PYTHON_VALUE_OPTIONS = {"-X", "-W", "-Q"}
+SETTING = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
+SHELL_OPERATOR = re.compile(r"[;&|()<>]+")
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One launch, in canonical parts: `NAME=value` settings (sorted), the launcher (`torchrun`,
+    `python`, `python3`, `distdocs`), its own options (sorted, `--name=value` with dashes for
+    underscores), the script (`examples/x.py`; `-m MODULE` or `-c CODE` for python; none for
+    distdocs) and its arguments, in order."""
+
+    settings: tuple[str, ...]
+    launcher: str
+    options: tuple[str, ...]
+    script: tuple[str, ...]
+    args: tuple[str, ...]
+
+    @property
+    def ranks(self) -> str:
+        """The processes it starts on this machine: torchrun's --nproc-per-node (1 unless given, and
+        perhaps `gpu`), 1 for python, "" for distdocs, whose subcommands start their own."""
+        if self.launcher == "torchrun":
+            given = [o.split("=", 1)[1] for o in self.options if o.startswith("--nproc-per-node=")]
+            return given[-1] if given else "1"
+        return "1" if self.launcher.startswith("python") else ""
+
+    @property
+    def key(self) -> str:
+        return shlex.join([*self.settings, self.launcher, *self.options, *self.script, *self.args])
+
+
+def parse_launch(command: str) -> Launch | None:
+    """`command` as a Launch, or None when it is not one launch of torchrun, python or distdocs."""
+    if "\n" in command.strip():
+        return None
+    lexer = shlex.shlex(command, posix=True, punctuation_chars=True)
+    lexer.whitespace_split, lexer.commenters = True, ""
+    try:
+        words = list(lexer)
+    except ValueError:  # an unclosed quote
+        return None
+    if any(SHELL_OPERATOR.fullmatch(w) or w.startswith("#") for w in words):
+        return None
+    i = 0
+    while i < len(words) and SETTING.match(words[i]):
+        i += 1
+    settings, rest = tuple(sorted(words[:i])), words[i:]
+    if not rest or rest[0] not in ("torchrun", "python", "python3", "distdocs"):
+        return None
+    launcher, rest = rest[0], rest[1:]
+    options = []
+    if launcher == "torchrun":
+        while rest and rest[0].startswith("-"):
+            name, has_value, value = rest.pop(0).lstrip("-").replace("_", "-").partition("=")
+            if not has_value and name not in TORCHRUN_FLAGS and rest:
+                value, has_value = rest.pop(0), True
+            options.append(f"--{name}={value}" if has_value else f"--{name}")
+    elif launcher.startswith("python"):
+        while rest and rest[0].startswith("-") and rest[0] not in ("-m", "-c"):
+            option = rest.pop(0)
+            options.append(option + rest.pop(0) if option in PYTHON_VALUE_OPTIONS and rest else option)
+    script_words = 0 if launcher == "distdocs" else 2 if rest[:1] in (["-m"], ["-c"]) else 1
+    if len(rest) < script_words:
+        return None
+    return Launch(settings, launcher, tuple(sorted(options)), tuple(rest[:script_words]), tuple(rest[script_words:]))
+
+
+def launch_key(command: str) -> str:
+    """What a run is cached by: the canonical form of the launch in `command` (Launch.key), so that
+    equivalent spellings share one run; the command itself when it is not a single launch."""
+    launch = parse_launch(command)
+    return launch.key if launch else command
 
 
 @contextlib.contextmanager
@@ -68,8 +153,9 @@ def ports_held(locks: Path | None, command: str, busy_port: int | None):
 
 
 class CommandRuns:
-    """Runs each distinct command once per session, with a hard timeout. An example's docstring
-    command and the same command on a page share one run.
+    """Runs each distinct launch (`launch_key`) once per session, with a hard timeout: an example's
+    docstring command and the same launch on a page or in a test share one run, however its launcher
+    options are spelled. The first spelling asked for is the one that runs.
 
     With `shared`, a folder that parallel test processes of one session share, a command runs once
     for all of them: the first to ask runs it under a lock and saves the result there, the others wait
@@ -87,9 +173,10 @@ class CommandRuns:
     def run(
         self, command: str, gpu: bool = False, busy_port: int | None = None, fault: str | None = None
     ) -> CommandResult:
-        """The result of `command`, run once per session; with `fault` (fault_env), the same command
-        with that fault injected into its ranks, a run of its own."""
-        key = (command, gpu, busy_port) if fault is None else (command, gpu, busy_port, fault)
+        """The result of `command`, run once per session for every spelling of its launch; with `fault`
+        (fault_env), the same command with that fault injected into its ranks, a run of its own."""
+        launch = launch_key(command)
+        key = (launch, gpu, busy_port) if fault is None else (launch, gpu, busy_port, fault)
         if key not in self._results:
             if self._shared is None:
                 self._results[key] = self._run(command, gpu, busy_port, fault)

@@ -73,6 +73,19 @@ def test_workers_that_share_a_folder_run_a_command_once_and_share_its_result(tmp
     assert (first.stdout, first.pid) == (second.stdout, second.pid) == ("done\n", first.pid)
 
 
+def test_two_spellings_of_one_launch_run_once_for_every_worker(tmp_path):
+    """Runs are shared by docexec.shared_runs.launch_key: python's options in another order are the
+    same launch, in the runner that ran it and in another worker's."""
+    counter = tmp_path / "runs"
+    code = f"open('{counter}', 'a').write('run\\n')"
+    a, b = CommandRuns(tmp_path / "shared"), CommandRuns(tmp_path / "shared")
+    first = a.run(f'python -u -B -c "{code}"')
+    assert a.run(f'python -B -u -c "{code}"') is first and b.run(f'python -B -u -c "{code}"').pid == first.pid
+    assert counter.read_text().splitlines() == ["run"], first.describe()
+    a.run(f'python -B -u -c "{code}" again')  # an argument more: a launch of its own
+    assert counter.read_text().splitlines() == ["run", "run"]
+
+
 def test_commands_that_fix_the_same_port_never_overlap_across_workers(tmp_path):
     shared, log = tmp_path / "shared", tmp_path / "log"
     # Two different commands that name one port, as two pages' torchrun lines with --master_port might.

@@ -1,5 +1,6 @@
-"""The engine itself (docexec), apart from the pages it executes: what it may import, and the rule that
-judges a finished run (docexec.rule, docexec.refusals), on runs made up here."""
+"""The engine itself (docexec), apart from the pages it executes: what it may import, the rule that
+judges a finished run (docexec.rule, docexec.refusals), on runs made up here, and the key that runs
+are shared by (docexec.shared_runs.launch_key)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from docexec.commands import CommandResult
 from docexec.fences import REPO
 from docexec.refusals import usage_error_problems
 from docexec.rule import GROUP_OUTLIVED_MARKER, KNOWN_GROUP_OUTLIVERS, Expected, problems
+from docexec.shared_runs import launch_key
 
 pytestmark = pytest.mark.fast  # the test tier: see the testing page
 
@@ -94,3 +96,19 @@ def test_a_refusal_is_said_once_without_a_traceback_from_the_script():
     traceback = 'Traceback (most recent call last):\n  File "/tmp/step01_split_layers.py", line 9, in <module>\n'
     traced = replace(REFUSED, stderr=REFUSED.stderr + traceback)
     assert usage_error_problems(traced, MESSAGE) == ["step01_split_layers.py printed a traceback"]
+
+
+# --- docexec.shared_runs.launch_key: what a run is shared by ---
+
+
+def test_two_spellings_of_one_launch_have_one_key_and_another_argument_another():
+    script = "examples/x/step01_y.py --steps 4"
+    key = launch_key(f"B=2 A=1 torchrun --standalone --nproc_per_node=2 --max-restarts=1 {script}")
+    assert launch_key(f"A=1 B=2 torchrun --max_restarts 1 --nproc-per-node 2 --standalone {script}") == key
+    assert launch_key(f"A=1 B=2 torchrun --standalone --nproc_per_node=2 --max-restarts=1 {script} --x") != key
+    assert launch_key(f"A=1 B=2 torchrun --standalone --nproc_per_node=2 --max-restarts=1 {script[:-1]}8") != key
+    assert launch_key(f"A=1 B=2 torchrun --standalone --nproc_per_node=4 --max-restarts=1 {script}") != key
+    assert launch_key("python  -c 'print(1)'") == launch_key('python -c "print(1)"')
+    # Not one launch: the command itself, so that only the same text shares its run.
+    for command in (f"torchrun --standalone {script} && echo done", "sleep 1 & wait", "python -c 'print(1)' # x.py"):
+        assert launch_key(command) == command
