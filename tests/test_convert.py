@@ -15,12 +15,17 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
+from support.launches import (
+    CONVERT_DDP,
+    CONVERT_ONE_PROCESS,
+    TOKEN_STREAM_DDP,
+    TOKEN_STREAM_DDP_FLOAT64,
+    TOKEN_STREAM_ONE_PROCESS,
+)
 
 from docexec.commands import Background, command_env
 from docexec.fences import DOCS, REPO
 
-ONE = "python examples/convert/step01_one_process.py"
-TWO = "torchrun --standalone --nproc_per_node=2 examples/convert/step02_ddp.py"
 LAST_EPOCH = re.compile(r"epoch 3: validation loss ([\d.]+), accuracy ([\d.]+)%")
 
 
@@ -29,8 +34,8 @@ def test_the_distributed_script_trains_to_what_the_one_process_script_reaches(co
     """Two runs of one recipe, not one computation: the shuffles differ, and on the CPU each rank's
     BatchNorm sees half the batch. So the final accuracy must agree within 2 points and the
     validation loss within 25%."""
-    one = LAST_EPOCH.search(command_runs.run_ok(ONE).stdout).groups()
-    two = LAST_EPOCH.search(command_runs.run_ok(TWO).stdout).groups()
+    one = LAST_EPOCH.search(command_runs.run_ok(CONVERT_ONE_PROCESS).stdout).groups()
+    two = LAST_EPOCH.search(command_runs.run_ok(CONVERT_DDP).stdout).groups()
     (loss_one, acc_one), (loss_two, acc_two) = map(float, one), map(float, two)
     assert abs(acc_one - acc_two) <= 2.0, (acc_one, acc_two)
     assert abs(loss_one - loss_two) <= 0.25 * loss_one, (loss_one, loss_two)
@@ -50,8 +55,6 @@ def test_the_page_shows_the_diff_of_the_two_files():
 
 
 # The second conversion: a language model on a token stream, with no DataLoader (step04 -> step05).
-LM_ONE = "python examples/convert/step04_token_stream_one_process.py"
-LM_DDP = "torchrun --standalone --nproc_per_node=2 examples/convert/step05_token_stream_ddp.py"
 LM_SCRIPT = REPO / "examples/convert/step05_token_stream_ddp.py"
 EPOCH_LINE = re.compile(r"epoch (\d+): lr ([\d.e-]+), validation loss ([\d.]+)")
 
@@ -61,7 +64,7 @@ def test_the_token_stream_conversion_makes_the_one_process_scripts_decisions(com
     """step05 on 2 ranks against step04 itself, the reader's script: the same learning rates, the
     same early stop, and validation losses within the 2e-3 that float32 rounding grows to at this
     learning rate (the example's self-check compares with its own one-process run, and float64)."""
-    one, two = command_runs.run_ok(LM_ONE).stdout, command_runs.run_ok(LM_DDP).stdout
+    one, two = command_runs.run_ok(TOKEN_STREAM_ONE_PROCESS).stdout, command_runs.run_ok(TOKEN_STREAM_DDP).stdout
     epochs_one, epochs_two = EPOCH_LINE.findall(one), EPOCH_LINE.findall(two)
     assert [e[:2] for e in epochs_one] == [e[:2] for e in epochs_two], (one, two)
     assert max(abs(float(a[2]) - float(b[2])) for a, b in zip(epochs_one, epochs_two)) < 5e-3, (one, two)
@@ -74,7 +77,7 @@ def test_the_token_stream_conversion_makes_the_one_process_scripts_decisions(com
 @pytest.mark.processes
 def test_in_float64_the_ranks_end_with_one_process_s_weights(command_runs):
     """The page's claim: rounding, not the conversion, parts the float32 weights."""
-    out = command_runs.run_ok(f"{LM_DDP} --dtype float64").stdout
+    out = command_runs.run_ok(TOKEN_STREAM_DDP_FLOAT64).stdout
     weights = re.search(r"max \|ranks - one process\|: validation loss (\S+), weights (\S+)", out)
     assert weights and float(weights.group(2)) < 1e-9 and float(weights.group(1)) < 1e-9, out  # the page says 1e-9
 

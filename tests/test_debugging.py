@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from support.launches import STUCK_RANK_EXITS_EARLY, STUCK_RANK_FIXED, STUCK_RANK_MONITORED
 
 from distdocs.doctor import listening_sockets, socket_inodes
 
@@ -56,14 +57,14 @@ def test_ddp_under_detail_still_crashes_on_gloo(command_runs):
 
 @pytest.mark.processes
 def test_a_rank_that_exits_early_fails_the_others_within_seconds(command_runs):
-    result = command_runs.run(f"torchrun --standalone --nproc_per_node=2 {STUCK} --exit-early")
+    result = command_runs.run(STUCK_RANK_EXITS_EARLY)
     waited = re.search(r"\[rank 0\] all_reduce failed after ([\d.]+) s", result.stdout)
     assert waited and float(waited.group(1)) < 10, result.describe()  # not the 60 s timeout
 
 
 @pytest.mark.processes
 def test_monitored_barrier_names_the_stuck_rank_at_its_own_timeout(command_runs):
-    result = command_runs.run(f"torchrun --standalone --nproc_per_node=2 {STUCK} --monitored")
+    result = command_runs.run(STUCK_RANK_MONITORED)
     assert "Rank 1 failed to pass monitoredBarrier in 10000 ms" in result.stderr, result.describe()
     assert result.elapsed_s < 45, result.describe()  # 10 s after the stuck step, not 60
 
@@ -104,7 +105,7 @@ def test_a_stuck_rank_holds_the_others_until_the_timeout_and_py_spy_shows_where(
 @pytest.mark.parametrize("fixed", ["--fixed", "--balanced"])
 def test_the_fixes_pass_their_self_checks(command_runs, fixed):
     if fixed == "--fixed":
-        command = f"torchrun --standalone --nproc_per_node=2 {STUCK} --fixed"
+        command = STUCK_RANK_FIXED
     else:  # the page's command
         command = page_command("docs/deep-dives/debugging-in-depth.md", "step03_straggler.py --balanced")
     result = command_runs.run_ok(command)

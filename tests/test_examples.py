@@ -11,6 +11,7 @@ import re
 import sys
 
 import pytest
+from support.launches import LATE_IMPORT
 
 from docexec.commands import COMMAND_TIMEOUT_S
 from docexec.copies import ALLOWED_IN_EXAMPLES
@@ -199,9 +200,7 @@ def test_a_late_import_keeps_the_group_alive_past_destroy(command_runs, early):
     late import leaves no threads, torch has fixed its default arguments: retire the box and the
     examples' early import."""
     flag = " --early" if early else ""
-    result = command_runs.run_ok(
-        f"torchrun --standalone --nproc_per_node=2 tests/faulty_scripts/late_import_keeps_group.py{flag}"
-    )
+    result = command_runs.run_ok(f"{LATE_IMPORT}{flag}")
     left = "pt_gloo_runloop" in result.stdout
     assert left != early, result.describe()
 

@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 import pytest
+from support.launches import NO_CHECKPOINT, NO_CHECKPOINT_EVERY_10, RESUME_AFTER_KILL
 from support.runs import check_refusal
 
 from distdocs.processes import kill_session, pids, process_stat
@@ -37,7 +38,6 @@ from docexec.fences import REPO
 pytestmark = pytest.mark.processes  # the test tier: see the testing page
 
 SCRIPT = "examples/fault_tolerance/step01_resume_after_kill.py"
-RESTARTING = f"TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 torchrun --standalone --nproc_per_node=2 --max-restarts=1 {SCRIPT}"
 STEPS = 32  # 2 epochs of 512 samples, 16 per rank and step, on 2 ranks
 POINTS = [(r, k) for r in (0, 1) for k in range(1, STEPS)]
 # conftest.py sets the seed once per run, before pytest-xdist starts its workers, so that all draw alike.
@@ -54,12 +54,14 @@ def weights_hash(result) -> str:
 
 @pytest.fixture(scope="module")
 def uninterrupted(command_runs) -> str:
-    return weights_hash(command_runs.run_ok(f"torchrun --standalone --nproc_per_node=2 {SCRIPT}"))
+    """The weights of the example's docstring launch, run with no fault: the run that test_examples.py,
+    test_multi_node.py and test_slurm.py read too (tests/support/launches.py)."""
+    return weights_hash(command_runs.run_ok(RESUME_AFTER_KILL))
 
 
 @pytest.mark.parametrize(("rank", "step"), DRAWN, ids=[f"kill_point-rank{r}-step{k}" for r, k in DRAWN])
 def test_a_rank_killed_at_any_step_resumes_to_the_same_weights(command_runs, uninterrupted, rank, step):
-    result = command_runs.run_ok(RESTARTING, fault=f"kill-rank={rank} kill-at-step={step}")
+    result = command_runs.run_ok(RESUME_AFTER_KILL, fault=f"kill-rank={rank} kill-at-step={step}")
     assert f"failed (exitcode: -9) local_rank: {rank}" in result.stderr, result.describe()  # it really died
     resumed = step // 4 * 4  # the newest checkpoint at or before the kill, one every 4 steps
     assert f"attempt 1: {'resumed from step ' + str(resumed) if resumed else 'starting at step 0'}" in result.stdout
@@ -73,7 +75,7 @@ WITH_WORKERS = random.Random(int(os.environ.get("DISTDOCS_KILL_SEED", "0")) + 1)
 
 def test_a_kill_mid_epoch_with_loader_workers_resumes_to_the_same_weights(command_runs, uninterrupted):
     rank, step = WITH_WORKERS
-    result = command_runs.run_ok(f"{RESTARTING} --workers 2", fault=f"kill-rank={rank} kill-at-step={step}")
+    result = command_runs.run_ok(f"{RESUME_AFTER_KILL} --workers 2", fault=f"kill-rank={rank} kill-at-step={step}")
     assert f"failed (exitcode: -9) local_rank: {rank}" in result.stderr, result.describe()
     assert f"attempt 1: resumed from step {step // 4 * 4}" in result.stdout, result.describe()
     # The same hash as the run without workers: they change when batches are read, never which.
@@ -81,7 +83,7 @@ def test_a_kill_mid_epoch_with_loader_workers_resumes_to_the_same_weights(comman
 
 
 def test_a_kill_halfway_through_a_checkpoint_write_falls_back_to_the_one_before(command_runs, uninterrupted):
-    result = command_runs.run_ok(RESTARTING, fault="kill-in-write=3")  # the third: step 12's
+    result = command_runs.run_ok(RESUME_AFTER_KILL, fault="kill-in-write=3")  # the third: step 12's
     assert "failed (exitcode: -9) local_rank: 0" in result.stderr, result.describe()
     assert "[rank 0] SIGKILL halfway through writing step-00000012.pt" in result.stdout, result.describe()
     assert "attempt 1: resumed from step 8" in result.stdout, result.describe()
@@ -140,14 +142,12 @@ def test_stateful_dataloader_resumes_a_distributed_sampler_mid_epoch_with_worker
     assert got == expected
 
 
-NO_CHECKPOINT = "examples/fault_tolerance/step06_no_checkpoint.py"
-
-
-@pytest.mark.parametrize(("flags", "resumed"), [("", 0), (" --ckpt-every 10", 20)], ids=["none", "every-10"])
-def test_a_killed_rank_costs_every_step_without_checkpoints_and_few_with_them(command_runs, flags, resumed):
+@pytest.mark.parametrize(
+    ("command", "resumed"), [(NO_CHECKPOINT, 0), (NO_CHECKPOINT_EVERY_10, 20)], ids=["none", "every-10"]
+)
+def test_a_killed_rank_costs_every_step_without_checkpoints_and_few_with_them(command_runs, command, resumed):
     """The page's two commands, with rank 1 killed at step 25 as the page says: the restart starts at
     step 0 without checkpoints (25 steps lost), at step 20 with one every 10 (5 lost)."""
-    command = RESTARTING.replace(SCRIPT, NO_CHECKPOINT) + flags  # the page's, as written
     result = command_runs.run_ok(command, fault="kill-rank=1 kill-at-step=25")
     assert "failed (exitcode: -9) local_rank: 1" in result.stderr, result.describe()  # rank 1 was SIGKILLed
     assert "[rank 1] SIGKILL at step 25" in result.stdout, result.describe()
@@ -171,7 +171,7 @@ def test_a_restart_finds_the_dead_ranks_address_in_the_store_unless_sharing_is_d
     ("command", "message"),
     [
         (
-            f"torchrun --standalone --nproc_per_node=2 {NO_CHECKPOINT} --ckpt-every -1",
+            "torchrun --standalone --nproc_per_node=2 examples/fault_tolerance/step06_no_checkpoint.py --ckpt-every -1",
             "error: --ckpt-every must be 0 or more and --step-seconds in 0..60",
         ),
         (

@@ -1,23 +1,23 @@
 """docs/operations/in-production.md, the 2 x 2 x 2 mesh: each dimension carries only its own kind of
-communication, in the numbers the page gives. The run is shared with test_docs.py (its excerpt) and
-test_examples.py (its self-check)."""
+communication, in the numbers the page gives. The run, MESH_3D of tests/support/launches.py, is shared with
+test_docs.py (its excerpt) and test_examples.py (its self-check)."""
 
 from __future__ import annotations
 
 import re
 
 import pytest
+from support.launches import MESH_3D
 from support.runs import check_refusal
 
 pytestmark = pytest.mark.processes  # the test tier: see the testing page
 
 SCRIPT = "examples/in_production/step02_3d_mesh.py"
-COMMAND = f"torchrun --standalone --nproc_per_node=8 {SCRIPT}"
 CALLS = re.compile(r"^  (pp|dp|tp): (.+)$", re.M)
 
 
 def test_each_mesh_dimension_carries_only_its_own_communication(command_runs):
-    result = command_runs.run_ok(COMMAND)
+    result = command_runs.run_ok(MESH_3D)
     found = {dim: dict(c.split(" x ") for c in text.split(", ")) for dim, text in CALLS.findall(result.stdout)}
     calls = {dim: found.get(dim, {}) for dim in ("pp", "dp", "tp")}
     microbatches, blocks = 2, 2  # of rank 0's stage

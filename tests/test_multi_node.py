@@ -22,6 +22,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 import yaml
+from support.launches import RESUME_AFTER_KILL
 
 from docexec.commands import Background, command_env
 from docexec.copies import lay_out_as_copied
@@ -34,7 +35,6 @@ pytestmark = pytest.mark.processes  # the test tier: see the testing page
 SCRIPT = "examples/fault_tolerance/step01_resume_after_kill.py"
 PAGE = REPO / "docs/operations/multi-node.md"
 LAUNCH_PAGE = REPO / "docs/multi-gpu/launch-on-several-nodes.md"
-UNINTERRUPTED = f"torchrun --standalone --nproc_per_node=2 {SCRIPT}"  # test_fault_tolerance's, shared
 NAMESPACES = {"a": "10.77.0.1", "b": "10.77.0.2"}
 
 
@@ -48,7 +48,7 @@ def page_commands() -> list[str]:
 
 @pytest.mark.parametrize("which", [0, 1], ids=["two-nodes", "node-loss"])
 def test_two_launchers_end_where_one_machine_ends(command_runs, which):
-    one = last_line(command_runs.run_ok(UNINTERRUPTED).stdout)
+    one = last_line(command_runs.run_ok(RESUME_AFTER_KILL).stdout)
     fence = [f for f in classify(PAGE) if f.kind == "command"][which]
     result = command_runs.run_ok(fence.command, fault=fence.attrs.get("fault"))  # the node loss: injected
     assert one.startswith("weights_sha256=") and last_line(result.stdout) == one, result.describe()
@@ -207,7 +207,7 @@ def test_two_namespaces_end_where_one_machine_ends(namespaces, command_runs, tmp
     codes = finish([a, b])
     text = logs[0].read_text() + logs[1].read_text()
     assert codes == [0, 0], text[-3000:]
-    one = last_line(command_runs.run_ok(UNINTERRUPTED).stdout)
+    one = last_line(command_runs.run_ok(RESUME_AFTER_KILL).stdout)
     assert one in text and "self-check passed" in text, text[-3000:]
 
 
@@ -223,7 +223,7 @@ def test_a_lost_namespace_node_is_replaced_and_the_job_resumes(namespaces, comma
     text = "".join(log.read_text() for log in logs)
     assert first_b != [0] and codes == [0, 0], text[-3000:]
     assert "[rank 1] SIGKILL at step 13" in text and "attempt 1: resumed from step 12" in text, text[-3000:]
-    assert last_line(command_runs.run_ok(UNINTERRUPTED).stdout) in text, text[-3000:]
+    assert last_line(command_runs.run_ok(RESUME_AFTER_KILL).stdout) in text, text[-3000:]
 
 
 def test_the_launch_pages_node_commands_run_as_written_in_two_namespaces(

@@ -7,6 +7,7 @@ they watch their parent.)"""
 from __future__ import annotations
 
 import pytest
+from support.launches import example_launch
 
 from docexec.rule import GROUP_OUTLIVED_MARKER, KNOWN_GROUP_OUTLIVERS, problems
 
@@ -53,7 +54,7 @@ def test_the_exit_probe_reports_a_group_that_outlives_destroy(command_runs):
 def test_a_known_group_that_outlives_destroy_still_does(command_runs, command):
     """The exemptions in docexec/rule.py hold only while their reason does: the day this fails, the
     library fixed it; drop the exemption."""
-    result = command_runs.run_ok(f"torchrun --standalone --nproc_per_node=2 {command}")
+    result = command_runs.run_ok(example_launch(*command.split()))  # the example's docstring launch
     assert GROUP_OUTLIVED_MARKER in result.stderr, (
         f"{KNOWN_GROUP_OUTLIVERS[command]}: no longer true\n{result.describe()}"
     )
