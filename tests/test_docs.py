@@ -3,16 +3,30 @@ command shown runs exactly as written; every output shown is what the command pr
 
 from __future__ import annotations
 
+import ast
+import dataclasses
 import os
 import re
 
 import pytest
 import torch
+from support import launches
 
 from docexec.claims import claimed_fences
 from docexec.commands import COMMAND_TIMEOUT_S
-from docexec.fences import DOCS, EXAMPLES, REPO, all_examples, all_fences, classify, example_command, resolve_include
+from docexec.fences import (
+    DOCS,
+    ENV_PREFIX,
+    EXAMPLES,
+    REPO,
+    all_examples,
+    all_fences,
+    classify,
+    example_command,
+    resolve_include,
+)
 from docexec.outputs import excerpt_missing, output_mismatch
+from docexec.shared_runs import parse_launch
 
 FENCES = all_fences()
 COMMANDS = [f for f in FENCES if f.kind == "command"]
@@ -242,3 +256,137 @@ def test_no_command_fence_is_checked_by_its_exit_code_alone():
         if (fence.path, fence.command) not in checked_after and not runs_an_example and not by_a_test:
             bare.append(f"{fence.where}: {fence.command[:80]}")
     assert not bare, "command fences that only their exit code checks:\n" + "\n".join(bare)
+
+
+# --- every launch the suite makes, and the doubles among them ---
+
+LAUNCH_PREFIXES = ("torchrun ", "python ")
+IN_PROCESS = {"check_refusal", "refusal_problems", "refuse_in_process"}  # calls that run no launch
+PLAIN = (None, None, False)  # what a launch declares: no fault, no busy port, no GPU tab
+
+
+def resolved(node: ast.AST, names: dict[str, str]) -> str | None:
+    """The text of a string expression, or None where it depends on what a scan cannot know: a
+    constant, an f-string or a `+` of them, a name in `names`, a call of example_launch."""
+    if isinstance(node, ast.Constant):
+        return node.value if isinstance(node.value, str) else None
+    if isinstance(node, ast.Name):
+        return names.get(node.id)
+    if isinstance(node, ast.FormattedValue):
+        return resolved(node.value, names) if node.conversion == -1 and node.format_spec is None else None
+    if isinstance(node, ast.JoinedStr | ast.BinOp):
+        parts = node.values if isinstance(node, ast.JoinedStr) else [node.left, node.right]
+        texts = [resolved(p, names) for p in parts]
+        ok = isinstance(node, ast.JoinedStr) or isinstance(node.op, ast.Add)
+        return "".join(texts) if ok and None not in texts else None
+    if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "example_launch":
+        args = [resolved(a, names) for a in node.args]
+        return launches.example_launch(*args) if None not in args and not node.keywords else None
+    return None
+
+
+def launches_in_test_file(path) -> list[tuple[str, str]]:
+    """The launch commands that a test file writes, as (file:line, command): string constants and
+    f-strings that start with torchrun or python (after any settings). Names resolve where a
+    module-level assignment or `from support.launches import` gives them; a command with a part that
+    cannot resolve (a test's parameter, a temporary folder, a name set inside a function) is left
+    out. A string passed to check_refusal runs in the test process, and is no launch."""
+    tree = ast.parse(path.read_text())
+    where = str(path.relative_to(REPO))
+    shared = {n: v for n, v in vars(launches).items() if n.isupper() and isinstance(v, str)}
+    imports = [n for n in tree.body if isinstance(n, ast.ImportFrom) and n.module == "support.launches"]
+    names = {a.asname or a.name: shared[a.name] for n in imports for a in n.names if a.name in shared}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            if (text := resolved(node.value, names)) is not None:
+                names[node.targets[0].id] = text
+    skip = set()  # the parts of f-strings, and what is passed to a call that runs in the test process
+    for node in ast.walk(tree):
+        if isinstance(node, ast.JoinedStr):
+            skip.update(map(id, node.values))
+        if isinstance(node, ast.Call) and getattr(node.func, "id", "") in IN_PROCESS:
+            skip.update(id(n) for a in node.args for n in ast.walk(a))
+    found = []
+    for node in ast.walk(tree):
+        if id(node) not in skip and isinstance(node, ast.Constant | ast.JoinedStr | ast.Call):
+            text = resolved(node, names)
+            if text and ENV_PREFIX.sub("", text).startswith(LAUNCH_PREFIXES):
+                found.append((f"{where}:{node.lineno}", text))
+    return found
+
+
+def every_launch() -> list[tuple[str, str, tuple]]:
+    """Every launch the suite makes, as (where, command, what it declares: its fault, busy port and
+    GPU tab): the pages' command fences, the examples' docstring commands, the shared launches of
+    tests/support/launches.py, and the commands written in tests/test_*.py (launches_in_test_file;
+    what a test passes beside them, a fault say, is not read: they count as declaring nothing)."""
+    found = [(f.where, f.command, (f.attrs.get("fault"), f.attrs.get("busy_port"), f.gpu)) for f in COMMANDS]
+    found += [(f"{p.relative_to(REPO)} (docstring)", example_command(p), PLAIN) for p in all_examples()]
+    shared = {n: v for n, v in vars(launches).items() if n.isupper() and isinstance(v, str)}
+    found += [(f"tests/support/launches.py: {n}", v, PLAIN) for n, v in shared.items()]
+    for path in sorted((REPO / "tests").glob("test_*.py")):
+        found += [(where, command, PLAIN) for where, command in launches_in_test_file(path)]
+    return found
+
+
+def launch_doubles(found: list[tuple[str, str, tuple]]) -> list[str]:
+    """The groups of single launches of one script with the same arguments and rank count, declared
+    alike, whose launch_keys differ in more than an environment setting that a page shows on purpose
+    (with and without TORCH_DISTRIBUTED_DEBUG=DETAIL, say): each such group runs one example twice."""
+    groups: dict[tuple, list] = {}
+    for where, command, declared in found:
+        if launch := parse_launch(command):
+            groups.setdefault((launch.script or (launch.launcher,), launch.args, launch.ranks), []).append(
+                (where, launch, declared)
+            )
+    doubles = []
+    for members in groups.values():
+        shown = {s.split("=")[0] for where, launch, _ in members if where.startswith("docs/") for s in launch.settings}
+        keys: dict[tuple, set[str]] = {}
+        for _, launch, declared in members:
+            unshown = tuple(s for s in launch.settings if s.split("=")[0] not in shown)
+            keys.setdefault(declared, set()).add(dataclasses.replace(launch, settings=unshown).key)
+        if any(len(k) > 1 for k in keys.values()):
+            lines = [f"  {where}{'' if d == PLAIN else f' {d}'}: {launch.key}" for where, launch, d in members]
+            doubles.append("\n".join(lines))
+    return doubles
+
+
+# Doubles in test files that others are editing, as {file: script}, until the file imports the launch
+# from tests/support/launches.py (test_slurm.py: RESUME_AFTER_KILL). Each must still be there.
+PENDING_DOUBLES = {"tests/test_slurm.py": "examples/fault_tolerance/step01_resume_after_kill.py"}
+
+
+def pending(where: str, command: str) -> bool:
+    script = PENDING_DOUBLES.get(where.split(":")[0])
+    return bool(script) and f" {script}" in command
+
+
+@pytest.mark.fast
+def test_no_example_runs_twice_with_the_same_arguments():
+    """Runs are shared by launch_key: two launches of one script with the same arguments and rank
+    count that spell it differently (a flag more, a setting more) run it twice. Name such a launch once
+    in tests/support/launches.py and import it, or make the difference a declared one: a fault, a busy
+    port, a GPU tab, or an environment setting that a page shows. The scan of the test files skips a
+    command with a part it cannot resolve: a test's parameter, a temporary folder, a name set inside
+    a function."""
+    found = every_launch()
+    waiting = {where.split(":")[0] for where, command, _ in found if pending(where, command)}
+    assert waiting == set(PENDING_DOUBLES), (
+        f"no longer doubles, drop from PENDING_DOUBLES: {set(PENDING_DOUBLES) - waiting}"
+    )
+    doubles = launch_doubles([(where, command, d) for where, command, d in found if not pending(where, command)])
+    assert not doubles, "launches that run one example twice:\n" + "\n\n".join(doubles)
+
+
+@pytest.mark.fast
+def test_the_double_check_finds_a_flag_added_to_one_copy():
+    """launch_doubles itself: a launch typed again with one launcher option more is a double, unless it
+    declares a fault; typed again as it is, or with a setting that the page shows, it is not."""
+    command = "torchrun --standalone --nproc_per_node=2 examples/x/step01_y.py --a 1"
+    more = command.replace("=2", "=2 --max-restarts=1")
+    same = [("docs/x.md:1", f"DEBUG=1 {command}", PLAIN), ("tests/test_x.py:1", command, PLAIN)]
+    assert launch_doubles(same) == []
+    assert launch_doubles([*same, ("tests/test_y.py:1", more, ("kill-rank=1", None, False))]) == []
+    (double,) = launch_doubles([*same, ("tests/test_y.py:1", more, PLAIN)])
+    assert "tests/test_y.py:1: torchrun --max-restarts=1 --nproc-per-node=2" in double, double
