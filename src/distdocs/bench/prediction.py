@@ -106,6 +106,8 @@ def compare(
                 "modelled_sync_s": model.sync,
                 "measured_sync_s": r["step_s"] - r["compute_s"] - ddp_work,
                 "gradient_bytes": r["gradient_bytes"],
+                # What each node's link sent per synced step (None over loopback, absent in older runs).
+                **{k: r[k] for k in ("sent_bytes_per_sync_min", "sent_bytes_per_sync_max") if k in r},
                 "alpha_s": network.alpha,
                 "beta_s_per_byte": network.beta,
                 "fit_relative_rms": fit_rms,
