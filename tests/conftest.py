@@ -3,7 +3,7 @@ pytest which scripts under tests/ are not tests.
 
 - plugins/kill_seed.py: the seed of the random kill points, drawn once per run and printed;
 - plugins/workers.py: the folder the pytest-xdist workers share, and `command_runs`, one run per
-  distinct command for the session;
+  launch for the session;
 - plugins/built_site.py: the site, built once per run (`site_dir`), served (`served_site`), and one
   Chromium (`browser`);
 - plugins/background.py: the site build and the SLURM round trip, started as the session begins;

@@ -10,7 +10,6 @@ import re
 
 import pytest
 import torch
-from support import launches
 
 from docexec.claims import claimed_fences
 from docexec.commands import COMMAND_TIMEOUT_S
@@ -27,6 +26,7 @@ from docexec.fences import (
 )
 from docexec.outputs import excerpt_missing, output_mismatch
 from docexec.shared_runs import parse_launch
+from support import launches
 
 FENCES = all_fences()
 COMMANDS = [f for f in FENCES if f.kind == "command"]
@@ -352,16 +352,6 @@ def launch_doubles(found: list[tuple[str, str, tuple]]) -> list[str]:
     return doubles
 
 
-# Doubles in test files that others are editing, as {file: script}, until the file imports the launch
-# from tests/support/launches.py (test_slurm.py: RESUME_AFTER_KILL). Each must still be there.
-PENDING_DOUBLES = {"tests/test_slurm.py": "examples/fault_tolerance/step01_resume_after_kill.py"}
-
-
-def pending(where: str, command: str) -> bool:
-    script = PENDING_DOUBLES.get(where.split(":")[0])
-    return bool(script) and f" {script}" in command
-
-
 @pytest.mark.fast
 def test_no_example_runs_twice_with_the_same_arguments():
     """Runs are shared by launch_key: two launches of one script with the same arguments and rank
@@ -370,12 +360,7 @@ def test_no_example_runs_twice_with_the_same_arguments():
     port, a GPU tab, or an environment setting that a page shows. The scan of the test files skips a
     command with a part it cannot resolve: a test's parameter, a temporary folder, a name set inside
     a function."""
-    found = every_launch()
-    waiting = {where.split(":")[0] for where, command, _ in found if pending(where, command)}
-    assert waiting == set(PENDING_DOUBLES), (
-        f"no longer doubles, drop from PENDING_DOUBLES: {set(PENDING_DOUBLES) - waiting}"
-    )
-    doubles = launch_doubles([(where, command, d) for where, command, d in found if not pending(where, command)])
+    doubles = launch_doubles(every_launch())
     assert not doubles, "launches that run one example twice:\n" + "\n\n".join(doubles)
 
 

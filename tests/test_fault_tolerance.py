@@ -26,21 +26,21 @@ import time
 from pathlib import Path
 
 import pytest
-from support.launches import NO_CHECKPOINT, NO_CHECKPOINT_EVERY_10, RESUME_AFTER_KILL
-from support.runs import check_refusal
 
 from distdocs.processes import kill_session, pids, process_stat
 
 from docexec.commands import command_env
 from docexec.fault_injection import fault_env
 from docexec.fences import REPO
+from support.launches import NO_CHECKPOINT, NO_CHECKPOINT_EVERY_10, RESUME_AFTER_KILL
+from support.runs import check_refusal
 
 pytestmark = pytest.mark.processes  # the test tier: see the testing page
 
 SCRIPT = "examples/fault_tolerance/step01_resume_after_kill.py"
 STEPS = 32  # 2 epochs of 512 samples, 16 per rank and step, on 2 ranks
 POINTS = [(r, k) for r in (0, 1) for k in range(1, STEPS)]
-# conftest.py sets the seed once per run, before pytest-xdist starts its workers, so that all draw alike.
+# tests/plugins/kill_seed.py sets the seed once per run, before pytest-xdist starts its workers, so that all draw alike.
 DRAWN = random.Random(int(os.environ.get("DISTDOCS_KILL_SEED", "0"))).sample(
     POINTS, int(os.environ.get("DISTDOCS_SOAK", "2"))
 )

@@ -16,16 +16,15 @@ from __future__ import annotations
 import os
 
 import pytest
-from support.slurm_runs import EVENTS, run_once
 
 from distdocs.lab.slurm import Cluster, SlurmError, check_can_run
 
 from docexec.fences import REPO, classify
 from docexec.outputs import DIGEST, excerpt_missing
+from support.launches import RESUME_AFTER_KILL
+from support.slurm_runs import EVENTS, run_once
 
 pytestmark = pytest.mark.processes
-
-UNINTERRUPTED = "torchrun --standalone --nproc_per_node=2 examples/fault_tolerance/step01_resume_after_kill.py"
 
 
 @pytest.fixture(scope="session")
@@ -45,7 +44,7 @@ def describe(record: dict, seed: int) -> str:
 
 def test_the_job_script_runs_across_two_nodes(slurm_runs, command_runs):
     run = slurm_runs["none"]
-    one = command_runs.run_ok(UNINTERRUPTED).stdout.strip().splitlines()[-1]
+    one = command_runs.run_ok(RESUME_AFTER_KILL).stdout.strip().splitlines()[-1]
     assert run["state"] == "COMPLETED" and run["restarts"] == 0, describe(run, slurm_runs["seed"])
     assert run["nodes_after"] == "node[1-2]", describe(run, slurm_runs["seed"])
     assert "self-check passed" in run["output"] and f"weights_sha256={run['hash']}" == one

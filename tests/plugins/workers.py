@@ -1,5 +1,5 @@
-"""What the pytest-xdist workers of one run share: a folder, and through it one run per distinct
-command for the whole session (`command_runs`)."""
+"""What the pytest-xdist workers of one run share: a folder, and through it one run per
+launch for the whole session (`command_runs`)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
+
 from support.runs import CheckedRuns
 
 

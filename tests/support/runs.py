@@ -20,7 +20,7 @@ def fail_with(result: CommandResult, found: list[str]) -> CommandResult:
 
 
 class CheckedRuns(CommandRuns):
-    """CommandRuns (one run per distinct command for the session) whose methods fail the test:
+    """CommandRuns (one run per launch for the session, docexec.shared_runs.launch_key) whose methods fail the test:
 
     - `run_ok(command)`: exit code 0, in time, no process left, no abort, no group left alive (but for
       the few KNOWN_GROUP_OUTLIVERS, each with its reason), and what `expected` adds;
