@@ -9,9 +9,9 @@ from __future__ import annotations
 import re
 
 import pytest
-from support.runs import check_refusal
 
 from docexec.fences import REPO, example_command
+from support.runs import check_refusal
 
 SCRIPT = "examples/accumulation/step01_no_sync.py"
 SYNC_BOUND = REPO / "examples/accumulation/step02_workers_instead_of_accumulation.py"

@@ -8,9 +8,9 @@ from __future__ import annotations
 import re
 
 import pytest
-from support.runs import check_refusal
 
 from docexec.fences import REPO
+from support.runs import check_refusal
 
 pytestmark = pytest.mark.processes  # the test tier: see the testing page
 

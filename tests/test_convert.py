@@ -15,6 +15,9 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
+
+from docexec.commands import Background, command_env
+from docexec.fences import DOCS, REPO
 from support.launches import (
     CONVERT_DDP,
     CONVERT_ONE_PROCESS,
@@ -22,9 +25,6 @@ from support.launches import (
     TOKEN_STREAM_DDP_FLOAT64,
     TOKEN_STREAM_ONE_PROCESS,
 )
-
-from docexec.commands import Background, command_env
-from docexec.fences import DOCS, REPO
 
 LAST_EPOCH = re.compile(r"epoch 3: validation loss ([\d.]+), accuracy ([\d.]+)%")
 

@@ -13,12 +13,12 @@ import time
 from pathlib import Path
 
 import pytest
-from support.launches import STUCK_RANK_EXITS_EARLY, STUCK_RANK_FIXED, STUCK_RANK_MONITORED
 
 from distdocs.doctor import listening_sockets, socket_inodes
 
 from docexec.commands import Background
 from docexec.fences import REPO, example_command, page_command
+from support.launches import STUCK_RANK_EXITS_EARLY, STUCK_RANK_FIXED, STUCK_RANK_MONITORED
 
 STUCK = "examples/debugging/step05_stuck_rank.py"
 UNEVEN = "examples/debugging/step04_uneven_batches.py"

@@ -11,12 +11,12 @@ import re
 import sys
 
 import pytest
-from support.launches import LATE_IMPORT
 
 from docexec.commands import COMMAND_TIMEOUT_S
 from docexec.copies import ALLOWED_IN_EXAMPLES
 from docexec.fences import REPO, all_examples, example_command
 from docexec.rule import Expected
+from support.launches import LATE_IMPORT
 from tools.sync_examples import SOURCE, differing_blocks, source_blocks, stamp
 
 EXAMPLE_SCRIPTS = all_examples()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 
 import pytest
+
 from support.launches import MESH_3D
 from support.runs import check_refusal
 

@@ -5,6 +5,7 @@ the scale model live, its links paced by the ranks, where no namespace or tc can
 from __future__ import annotations
 
 import pytest
+
 from support.lab_notebook import lab_without_root
 
 pytestmark = pytest.mark.processes  # the test tier: see the testing page

@@ -22,13 +22,13 @@ from pathlib import Path
 import jsonschema
 import pytest
 import yaml
-from support.launches import RESUME_AFTER_KILL
 
 from docexec.commands import Background, command_env
 from docexec.copies import lay_out_as_copied
 from docexec.fault_injection import fault_env, with_faults
 from docexec.fences import EXAMPLES, REPO, classify, page_fences
 from docexec.outputs import excerpt_missing
+from support.launches import RESUME_AFTER_KILL
 
 pytestmark = pytest.mark.processes  # the test tier: see the testing page
 

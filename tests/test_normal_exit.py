@@ -7,9 +7,9 @@ they watch their parent.)"""
 from __future__ import annotations
 
 import pytest
-from support.launches import example_launch
 
 from docexec.rule import GROUP_OUTLIVED_MARKER, KNOWN_GROUP_OUTLIVERS, problems
+from support.launches import example_launch
 
 pytestmark = pytest.mark.processes  # the test tier: see the testing page
 

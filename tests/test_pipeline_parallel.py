@@ -9,12 +9,12 @@ import json
 import re
 
 import pytest
-from support.runs import check_refusal
 
 from distdocs import figures
 from distdocs.training.pipeline import bubble_fraction
 
 from docexec.fences import REPO
+from support.runs import check_refusal
 
 SCRIPT = "examples/pipeline_parallel/step03_schedules.py"
 COMMAND = f"torchrun --standalone --nproc_per_node=2 {SCRIPT}"

@@ -14,7 +14,6 @@ import time
 
 import pytest
 import torch
-from support.lab_notebook import lab_without_root
 
 from distdocs import cli
 from distdocs.bench import emulated as bench
@@ -22,6 +21,7 @@ from distdocs.calculators import costmodel
 from distdocs.lab.emulated import Device, EmulatedModel, Point, _check
 
 from docexec.fences import REPO, page_command
+from support.lab_notebook import lab_without_root
 
 OVERVIEW = REPO / "docs/start/overview.md"
 SAVED = REPO / "measurements/emulated-links-cpu.json"

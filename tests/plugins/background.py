@@ -7,10 +7,10 @@ import threading
 from pathlib import Path
 
 import pytest
-from support.slurm_runs import start_in_background
 
 from plugins.built_site import build_shared_site
 from plugins.workers import shared_folder
+from support.slurm_runs import start_in_background
 
 
 @pytest.fixture(scope="session", autouse=True)

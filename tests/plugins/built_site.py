@@ -8,11 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from plugins.workers import shared_folder
-
 from docexec.commands import command_env, run_command
 from docexec.fences import REPO
 from docexec.shared_runs import file_lock
+from plugins.workers import shared_folder
 from tools.browser import CHROMIUM, launch_chromium, serve_directory
 
 

@@ -10,6 +10,7 @@ import time
 import pytest
 
 from distdocs.lab.world import forked_cpu_seconds
+
 from plugins.tiers import TIERS
 
 
