@@ -18,6 +18,7 @@ from docexec.commands import CommandResult
 from docexec.copies import EXAMPLE_PATH
 from docexec.fences import REPO
 from docexec.rule import Expected, problems
+from docexec.shared_runs import parse_launch
 
 
 def usage_error_problems(result: CommandResult, message: str) -> list[str]:
@@ -42,14 +43,15 @@ def usage_error_problems(result: CommandResult, message: str) -> list[str]:
 def refuse_in_process(command: str) -> tuple[int | None, str]:
     """An example's refusal of bad settings, checked without torchrun: the script named in `command`
     (a `torchrun ... examples/x.py FLAGS` line) runs in this process as rank 0 of the command's world
-    (RANK=0, LOCAL_RANK=0, WORLD_SIZE from --nproc_per_node), until it exits. Returns its exit code
-    (None if it returned without exiting) and what it wrote to stderr. Refusals come before
+    (RANK=0, LOCAL_RANK=0, WORLD_SIZE from torchrun's --nproc_per_node, however spelled), until it
+    exits. Returns its exit code (None if it returned without exiting) and what it wrote to stderr. Refusals come before
     init_process_group, so no group is started; one that came later would fail at once, with no
     MASTER_ADDR to meet at. sys.argv, the environment and the SIGTERM handler (which an example that
     saves on SIGTERM sets) are restored afterwards."""
     words = shlex.split(command)
     script = next(i for i, w in enumerate(words) if EXAMPLE_PATH.fullmatch(w))
-    nproc = next((w.split("=", 1)[1] for w in words[:script] if w.startswith("--nproc_per_node=")), "1")
+    launch = parse_launch(command)
+    nproc = launch.ranks if launch and launch.ranks.isdigit() else "1"
     saved_argv, saved_env = sys.argv, dict(os.environ)
     saved_sigterm = signal.getsignal(signal.SIGTERM)
     err = io.StringIO()

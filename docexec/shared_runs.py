@@ -84,7 +84,8 @@ def parse_launch(command: str) -> Launch | None:
     options = []
     if launcher == "torchrun":
         while rest and rest[0].startswith("-"):
-            name, has_value, value = rest.pop(0).lstrip("-").replace("_", "-").partition("=")
+            name, has_value, value = rest.pop(0).lstrip("-").partition("=")
+            name = name.replace("_", "-")  # torchrun takes both spellings of a name, not of a value
             if not has_value and name not in TORCHRUN_FLAGS and rest:
                 value, has_value = rest.pop(0), True
             options.append(f"--{name}={value}" if has_value else f"--{name}")
