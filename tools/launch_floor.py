@@ -4,7 +4,7 @@ less CPU than its launches' start-up. Measured here, and counted from a test run
 
     python -m tools.launch_floor /tmp/pytest-of-USER/pytest-N/distdocs-shared
 
-The folder is where a `make test` run (pytest-xdist) saved one result per distinct command
+The folder is where a `make test` run (pytest-xdist) saved one result per launch
 (docexec.shared_runs). Prints lines for the header of measurements/test-durations-cpu.txt. Launches
 that do not go through the shared runs (a World's forked ranks, which import nothing new; the
 multi-node and SLURM tests' own launches; the site build's notebook kernel) are not counted, so the
@@ -14,7 +14,6 @@ floor is a lower bound.
 from __future__ import annotations
 
 import pickle
-import re
 import resource
 import shlex
 import statistics
@@ -23,6 +22,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from docexec.shared_runs import parse_launch
 
 MINIMAL = """import torch.distributed as dist
 dist.init_process_group("gloo")
@@ -57,21 +58,35 @@ def measure() -> dict[str, float]:
 
 
 def processes(command: str) -> int:
-    """How many Python processes that import torch a command starts: per torchrun line, a launcher and
-    --nproc_per_node ranks (times --nnodes where given); per python line, one."""
+    """How many Python processes that import torch a command starts: per torchrun launch, a launcher
+    and its ranks on this machine (--nproc_per_node, however spelled); per python launch, one; per
+    `distdocs bench` or `distdocs doctor`, one (`sim`, `memory` and `mfu` import no torch)."""
     count = 0
-    for line in re.split(r"\n|&&|;|&(?!&)", command):
-        words = shlex.split(line, comments=True) if line.strip() else []
-        words = [w for w in words if not re.fullmatch(r"[A-Za-z_]\w*=\S*", w)]  # NAME=value settings
-        if not words:
+    for line in command.splitlines():
+        lexer = shlex.shlex(line, posix=True, punctuation_chars=True)
+        lexer.whitespace_split, lexer.commenters = True, "#"
+        try:
+            words = list(lexer)
+        except ValueError:  # an unclosed quote: not a line we can read
             continue
-        if words[0] == "torchrun":
-            nproc = next(
-                (w.split("=", 1)[1] for w in words if w.startswith(("--nproc_per_node=", "--nproc-per-node="))), "1"
-            )
-            count += 1 + (int(nproc) if nproc.isdigit() else 1)
-        elif words[0] in ("python", "python3", "distdocs"):
-            count += 1
+        segments, current = [], []
+        for word in words:
+            if word in (";", "&&", "&", "|", "||"):
+                segments.append(current)
+                current = []
+            else:
+                current.append(word)
+        segments.append(current)
+        for segment in segments:
+            launch = parse_launch(shlex.join(segment)) if segment else None
+            if launch is None:
+                continue
+            if launch.launcher == "torchrun":
+                count += 1 + (int(launch.ranks) if launch.ranks.isdigit() else 1)
+            elif launch.launcher.startswith("python"):
+                count += 1
+            elif launch.args[:1] in (("bench",), ("doctor",)):
+                count += 1
     return count
 
 
