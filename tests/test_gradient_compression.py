@@ -11,21 +11,18 @@ from dataclasses import replace
 
 import pytest
 
-from distdocs.arguments import parse_rate
 from distdocs.bench.compression import HOOKS, _train, payload_bytes, payload_calls, predict
 from distdocs.calculators.costmodel import Network, Workload, step_time
 from distdocs.lab import links
 from distdocs.lab.world import World
 
 from docexec.fences import REPO, page_command
+from support.link_bounds import SENT_BOUNDS, link_floor_s
 
 PAGE = REPO / "docs/deep-dives/gradient-compression.md"
 SAVED = REPO / "measurements/compression-links-cpu.json"
 # The page's claim for the cost model: every dialled step predicted within 0.8-1.2 of the measured one.
 RATIO_BOUNDS = (0.8, 1.2)
-# What a node's kernel sends beyond the payload: TCP/IP headers (52 bytes per 1448-byte segment, 3.6%),
-# acknowledgements of what it receives, and the barriers between steps. Never less than the payload.
-SENT_BOUNDS = (1.0, 1.15)
 ROW = re.compile(
     r"^\s*(\S+)\s+(\S+)\s+([\d.]+)\s+([\d.]+)x\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)x\s+([\d.]+)\s+([\d.]+)\s+\S+\s+([\d.]+)",
     re.M,
@@ -130,13 +127,6 @@ def test_the_pages_command_sends_the_counted_bytes_and_each_step_takes_the_links
         assert SENT_BOUNDS[0] <= x["sent_bytes"] / x["payload_bytes"] <= SENT_BOUNDS[1], (x, result.describe())
         assert x["step_s"] >= link_floor_s(x["payload_bytes"], "100mbit"), (x, result.describe())
     assert fp16["sent_bytes"] <= 0.55 * none["sent_bytes"], (fp16, none)  # half the bytes on the wire
-
-
-def link_floor_s(nbytes: float, rate: str) -> float:
-    """The least time a 2-rank ring allreduce of `nbytes` takes on a link of `rate`: each node sends
-    the whole payload (half in the reduce-scatter, half in the all-gather), and each half may start
-    on a full tbf bucket that passes at once. Load only adds time."""
-    return max(0.0, nbytes - 2 * links.burst_bytes(rate)) * 8 / parse_rate(rate)
 
 
 @pytest.mark.fast

@@ -20,6 +20,7 @@ from distdocs.bench.prediction import speedups
 from distdocs.lab import links
 
 from docexec.fences import REPO, page_command
+from support.link_bounds import SENT_BOUNDS, link_floor_s
 
 PAGE = REPO / "docs/appendix/network-emulation.md"
 SAVED = REPO / "measurements/allreduce-links-cpu.json"
@@ -34,10 +35,6 @@ SOCKET_TOLERANCE, FIT_TOLERANCE = 0.10, 0.15
 # mistake carries 0.1 of 1 Gbit/s, and a best transfer at 0.2 would take five times the dial's time.
 # The 1 Gbit/s link's ±15% is held on the saved, quiet sweep; the tc check below holds its dial.
 SOCKET_FLOOR = {"100mbit": 1 - SOCKET_TOLERANCE, "1gbit": 0.2}
-# What a node's link sends per synced DDP step, over the gradient's bytes: TCP/IP headers (52 bytes per
-# 1448-byte segment), acknowledgements of what it receives, and the timer's barriers; never less than the
-# gradient (a 2-rank ring sends each node the whole of it). As in tests/test_gradient_compression.py.
-SENT_BOUNDS = (1.0, 1.15)
 FIT_LINE = re.compile(r"^  (\S+), 2 ranks on 2 nodes: ([\d.]+) (Mbit|Gbit)/s, ([\d.]+) of the rate dialled", re.M)
 
 
@@ -256,14 +253,6 @@ def test_the_hierarchy_command_on_the_page_predicts_both_allreduces(command_runs
     hsdp = re.findall(r"HSDP, node \d: +\d+ \(([\d.]+) x the gradient\)", result.stdout)
     # What crosses: the all_reduce of each rank's half (S/2 each, 2 ranks a node) and TCP/IP's overhead.
     assert len(hsdp) == 2 and all(1.0 <= float(x) <= 1.15 for x in hsdp), result.describe()
-
-
-def link_floor_s(nbytes: float, rate: str) -> float:
-    """The least time a 2-rank ring allreduce of `nbytes` takes on a link of `rate`: each node sends
-    the whole payload (half in the reduce-scatter, half in the all-gather), and each half may start
-    on a full tbf bucket (distdocs.lab.links.burst_bytes) that passes at once. Headers ride free.
-    Load only adds time, so no step on the link can take less."""
-    return max(0.0, nbytes - 2 * links.burst_bytes(rate)) * 8 / parse_rate(rate)
 
 
 @pytest.mark.processes
