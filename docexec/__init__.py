@@ -33,7 +33,8 @@ the suite. `all_fences()` covers every page, `all_examples()` every script under
 - `docexec.refusals`: how an example refuses bad settings (one line, exit code 2, before any
   process group), checked in this process in milliseconds or from a real launch.
 
-None of these imports pytest. The tests wrap them (tests/support/runs.py): `run_ok`, `run_failing`,
+None of these imports pytest (only `fences` asks pytest-markdown-docs, lazily, which inline fences
+it will run). The tests wrap them (tests/support/runs.py): `run_ok`, `run_failing`,
 `run_usage_error` and `check_refusal` fail a test with the run's report.
 
 **3. Compare outputs** (`docexec.outputs`). `output_mismatch(shown, actual)` compares a page's Output

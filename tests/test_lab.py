@@ -1,6 +1,7 @@
-"""The lab notebook runs as a plain script, as a reader without Jupyter runs it, and passes the
-self-check that ends each of its three steps. It runs as a reader without root does: step 3 measures
-the scale model live, its links paced by the ranks, where no namespace or tc can be built."""
+"""The lab notebook (docs/lab/simulate-data-parallel-sync.py) runs as a plain script, as a reader
+without Jupyter runs it, and passes the self-check that ends each of its three steps. It runs as a
+reader without root does: step 3 measures the scale model live, its links paced by the ranks, where
+no namespace or tc can be built."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The lab notebook's command as a reader without root runs it. tests/test_lab.py runs it and checks
-its three steps; tests/test_scale_model.py reads the same run (one run per command for the session)."""
+its three steps; tests/test_scale_model.py reads the same run (one run per launch for the session)."""
 
 from __future__ import annotations
 
