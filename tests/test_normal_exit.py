@@ -25,8 +25,15 @@ def what_survived(folder, rank: int) -> tuple[bool, bool]:
     return handler, complete and thread_file.read_bytes().endswith(b"END\n")
 
 
+def launch(folder, *flags: str) -> str:
+    """The script's launch, with its temporary files in `folder`: the loader's workers, ended at exit,
+    leave behind the folders multiprocessing made for the listeners they shared tensors through
+    (pymp-*), and after os._exit torchrun's and inductor's folders stay too."""
+    return f"TMPDIR={folder} torchrun --standalone --nproc_per_node=2 {SCRIPT} --out {folder} {' '.join(flags)}".strip()
+
+
 def test_a_normal_exit_runs_atexit_joins_threads_and_leaves_no_process(command_runs, tmp_path):
-    result = command_runs.run_ok(f"torchrun --standalone --nproc_per_node=2 {SCRIPT} --out {tmp_path}")
+    result = command_runs.run_ok(launch(tmp_path))
     for rank in (0, 1):
         handler, complete = what_survived(tmp_path, rank)
         assert handler, f"rank {rank}: the atexit handler did not run\n{result.describe()}"
@@ -36,7 +43,7 @@ def test_a_normal_exit_runs_atexit_joins_threads_and_leaves_no_process(command_r
 
 
 def test_os_exit_loses_what_the_normal_exit_keeps(command_runs, tmp_path):
-    result = command_runs.run(f"torchrun --standalone --nproc_per_node=2 {SCRIPT} --out {tmp_path} --os-exit")
+    result = command_runs.run(launch(tmp_path, "--os-exit"))
     assert result.returncode == 0, result.describe()
     for rank in (0, 1):
         assert what_survived(tmp_path, rank) == (False, False), result.describe()
