@@ -20,10 +20,10 @@ from docexec.shared_runs import file_lock
 EVENTS = ("none", "node-loss", "preempt", "usr1-to-steps")
 
 
-def run_every_event(folder: Path, seed: int) -> dict:
+def run_every_event(folder: Path, seed: int, environ: dict[str, str] | None = None) -> dict:
     rng = random.Random(seed)
     records = {}
-    cluster = Cluster(folder / "cluster")
+    cluster = Cluster(folder / "cluster", environ=environ)
     try:
         cluster.start()
         (folder / "config").mkdir(parents=True)
@@ -44,26 +44,31 @@ def run_every_event(folder: Path, seed: int) -> dict:
     return records
 
 
-def run_once(folder: Path) -> dict:
+def run_once(folder: Path, environ: dict[str, str] | None = None) -> dict:
     """Every event's records, from the one run of this test session: made now, under a lock that the
-    pytest-xdist workers share, unless another worker made it or is making it (then wait for it)."""
+    pytest-xdist workers share, unless another worker made it or is making it (then wait for it). The
+    jobs get `environ` (default: this process's, now)."""
     seed = int(os.environ["DISTDOCS_KILL_SEED"])
     done = folder / "records.json"
     with file_lock(folder.parent / "slurm.lock"):
         if not done.exists():
             folder.mkdir(parents=True, exist_ok=True)
-            done.write_text(json.dumps(run_every_event(folder, seed)))
+            done.write_text(json.dumps(run_every_event(folder, seed, environ)))
     return json.loads(done.read_text()) | {"seed": seed}
 
 
 def start_in_background(folder: Path) -> threading.Thread | None:
     """The run takes minutes of waiting for SLURM and little CPU: tests/plugins/background.py starts it
     in a thread of the first worker when the session begins, so that no worker sits waiting for it.
-    None where SLURM cannot run here (the tests then skip, saying why)."""
+    None where SLURM cannot run here (the tests then skip, saying why). The jobs get the environment
+    the session began with: the worker's tests go on in its main thread, and one that sets a variable
+    (monkeypatch, or an example run in-process) would otherwise reach whichever job sbatch submitted
+    meanwhile."""
     try:
         check_can_run()
     except SlurmError:
         return None
-    thread = threading.Thread(target=run_once, args=(folder,), name="slurm-runs", daemon=True)
+    environ = dict(os.environ)
+    thread = threading.Thread(target=run_once, args=(folder, environ), name="slurm-runs", daemon=True)
     thread.start()
     return thread

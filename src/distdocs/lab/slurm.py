@@ -70,10 +70,14 @@ class Cluster:
         cred_expire_s: int = 10,
         slurmd_timeout_s: int = 10,
         sched_interval_s: int = 5,
+        environ: dict[str, str] | None = None,
     ):
         if not 1 <= nodes <= 16:
             raise ValueError(f"nodes: {nodes}, expected 1 to 16")
         self.root = Path(root).resolve()
+        # What the daemons and the jobs see (sbatch passes its environment on to the job): fixed when
+        # the cluster is made, whatever the process it lives in sets in os.environ later.
+        self.environ = dict(os.environ if environ is None else environ)
         self.names = [f"node{k}" for k in range(1, nodes + 1)]
         self.net = links.Network(nodes=nodes + 1)  # node 0 is the controller
         self.cred_expire_s, self.slurmd_timeout_s = cred_expire_s, slurmd_timeout_s
@@ -93,7 +97,7 @@ class Cluster:
 
     def env(self) -> dict:
         """The environment a SLURM command needs to find this cluster."""
-        return {**os.environ, "SLURM_CONF": str(self.conf)}
+        return {**self.environ, "SLURM_CONF": str(self.conf)}
 
     def _on_node(self, name: str, args: list[str]) -> list[str]:
         """`args` run on node `name`: in its network, with its host name and its /etc/hosts. nsenter
