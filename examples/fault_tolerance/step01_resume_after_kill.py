@@ -127,7 +127,8 @@ def run(args: argparse.Namespace, device: torch.device) -> None:
         del model, opt, sched, loader
         gc.collect()
         if STOP.is_set() and isinstance(e, RuntimeError):  # SIGTERM, and a collective failed: no save
-            print(f"[rank {rank}] SIGTERM, and a peer did not answer: no checkpoint; leaving", file=sys.stderr)
+            why = str(e).splitlines()[0][:200] if str(e) else type(e).__name__  # a timeout, or a peer gone
+            print(f"[rank {rank}] SIGTERM, and a peer did not answer: no checkpoint; leaving ({why})", file=sys.stderr)
             sys.exit(128 + signal.SIGTERM)
         raise
     if not finished:
