@@ -4,7 +4,8 @@ columns, a hidden state carried across windows, a hand-written SGD update, and a
     python examples/convert/step04_token_stream_one_process.py
 
 It anneals the learning rate when the validation loss stops improving, stops early, and tests the best
-model it saved. step05 is its distributed version, on the page on converting a script.
+model it saved. There is no init_process_group here: step05, its distributed version on the page on
+converting a script, adds it and shows its own setup.
 """
 
 import argparse
