@@ -40,3 +40,33 @@ def test_accumulating_syncs_8_times_fewer_bytes_for_the_same_samples(command_run
     synced = {m[1]: int(m[2].replace(",", "")) for m in map(BYTES.match, out.splitlines()) if m}
     assert synced["mistake"] == 8 * synced["fix"], out  # counted bytes, the same on any machine
     assert {m[1] for m in map(RATE.match, out.splitlines()) if m} == {"mistake", "fix"}, out
+
+
+NO_SYNC_CALLS = re.compile(
+    r"in (\d+) steps: (\d+) syncing every micro-batch, (\d+) with no_sync\n"
+    r"only backward inside no_sync: (\d+) calls, every micro-batch still synced"
+)
+
+
+@pytest.mark.processes
+@pytest.mark.holds(
+    "docs/lesson/gradient-accumulation.md",
+    "Run a micro-batch's forward and backward inside `model.no_sync()`, and its backward skips the all_reduce",
+)
+@pytest.mark.holds(
+    "docs/lesson/gradient-accumulation.md",
+    "DDP decides in the forward pass whether the backward will sync (it sets up the reducer for that backward), "
+    "so a backward alone inside `no_sync()` all_reduces all the same.",
+)
+@pytest.mark.holds(
+    "docs/multi-gpu/convert-your-script.md",
+    "DDP decides in the forward whether the backward syncs: with only the backward inside, every micro-batch still syncs",
+)
+def test_no_sync_saves_k_minus_1_syncs_a_step_only_when_it_wraps_the_forward_too(command_runs):
+    """The page's run (k = 4 on 2 ranks), counted by a communication hook: around forward and backward,
+    no_sync() leaves one all_reduce a step, k - 1 fewer; around the backward alone, none fewer."""
+    out = command_runs.run_ok(example_command(REPO / SCRIPT)).stdout
+    steps, every, no_sync, backward_only = map(int, NO_SYNC_CALLS.search(out).groups())
+    k = 4
+    assert every == k * steps and no_sync == steps and every - no_sync == (k - 1) * steps, out
+    assert backward_only == every, out

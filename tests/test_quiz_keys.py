@@ -220,7 +220,7 @@ COMPUTED = {
         r"global batch (\d+) = micro-batch 8 x accumulation steps 2 x ranks 4",
         output("lesson/gradient-accumulation.md", "--accumulation-steps 2"),
     ).group(1),
-    ("lesson/gradient-accumulation.md", "What does wrapping the first"): lambda: (
+    ("lesson/gradient-accumulation.md", "What does running the first k − 1"): lambda: (
         accumulation_calls_key() + " times fewer"
     ),
     ("reference/quiz.md", "Gradient accumulation over k micro-batches"): lambda: (
@@ -253,7 +253,7 @@ JUDGEMENT = [
     ("deep-dives/ddp-internals.md", "Why does BucketedDDP launch"),
     ("deep-dives/ddp-internals.md", "What does `gradient_as_bucket_view=True` save"),
     ("start/overview.md", "Data parallelism, model parallelism"),
-    ("start/overview.md", "In the data-parallel loop"),
+    ("start/overview.md", "In the data-parallel loop, what keeps"),
     ("lesson/launchers.md", "`torchrun --standalone"),
     ("lesson/launchers.md", "On a cluster"),
     ("lesson/model-parallelism.md", "What does rank 1 send back"),
@@ -290,7 +290,7 @@ JUDGEMENT = [
     ("reference/quiz.md", "A training job writes its checkpoint"),
     ("reference/quiz.md", "All ranks of a job stop"),
     ("reference/quiz.md", "Mixed precision with bfloat16 autocast"),
-    ("reference/quiz.md", "The lab's scale model fits"),
+    ("reference/quiz.md", "The cost model times a ring all_reduce"),
     ("reference/quiz.md", "In the scaling explorer"),
     ("operations/checkpoint-and-resume.md", "Why is a checkpoint written to a temporary file"),
     ("deep-dives/debugging-in-depth.md", "A model takes a fraction of a millisecond"),

@@ -3,8 +3,9 @@
     torchrun --standalone --nproc_per_node=2 examples/accumulation/step01_no_sync.py --accumulation-steps 4
 
 Rank 0 prints how the global batch splits, the all_reduce calls and bytes each rank made when every
-micro-batch syncs and when only the last one does (`no_sync()`), and how far the accumulated gradient
-is from the gradient of the whole global batch in one process.
+micro-batch syncs, when only the last one does (forward and backward inside `no_sync()`), and when
+only backward is inside it (which still syncs), and how far the accumulated gradient is from the
+gradient of the whole global batch in one process.
 """
 
 import argparse
@@ -71,9 +72,11 @@ def count_then_allreduce(counts: dict, bucket: dist.GradBucket) -> torch.futures
 # --8<-- [end:hook]
 
 
-def train(device, global_batch: int, k: int, accumulate: bool, reference: nn.Module | None = None) -> dict:
-    """STEPS optimizer steps of k micro-batches each; return the hook's counts. With a reference,
-    check every step's gradient against the reference's, trained on the whole global batch."""
+def train(device, global_batch: int, k: int, wrap: str, reference: nn.Module | None = None) -> dict:
+    """STEPS optimizer steps of k micro-batches each; return the hook's counts. `wrap` is what runs
+    inside no_sync() for all micro-batches but the last: "nothing", "forward and backward", or
+    "backward". With a reference, check every step's gradient against the reference's, trained on the
+    whole global batch."""
     rank, n = dist.get_rank(), dist.get_world_size()
     model = DDP(make_model().to(device))
     counts = {"calls": 0, "bytes": 0, "max_diff": 0.0}
@@ -85,10 +88,19 @@ def train(device, global_batch: int, k: int, accumulate: bool, reference: nn.Mod
         mine = zip(x.chunk(n)[rank].chunk(k), y.chunk(n)[rank].chunk(k))  # my k micro-batches
         opt.zero_grad()
         for i, (xm, ym) in enumerate(mine):
-            last = i == k - 1
-            with model.no_sync() if accumulate and not last else contextlib.nullcontext():
-                loss = nn.functional.mse_loss(model(xm), ym) / k  # the mean over my k micro-batches
-                loss.backward()  # adds into .grad; all_reduces only when it syncs
+            skip = wrap != "nothing" and i < k - 1  # all but the last micro-batch accumulate without syncing
+            if wrap == "backward":  # the mistake the lesson warns about
+                # --8<-- [start:backward_only]
+                loss = nn.functional.mse_loss(model(xm), ym) / k  # forward outside: DDP set up this backward's sync
+                with model.no_sync() if skip else contextlib.nullcontext():
+                    loss.backward()  # all_reduces all the same
+                # --8<-- [end:backward_only]
+            else:
+                # --8<-- [start:no_sync]
+                with model.no_sync() if skip else contextlib.nullcontext():
+                    loss = nn.functional.mse_loss(model(xm), ym) / k  # the mean over my k micro-batches
+                    loss.backward()  # adds into .grad; all_reduces only when it syncs
+                # --8<-- [end:no_sync]
         opt.step()
         # --8<-- [end:accumulate]
         if reference is not None:
@@ -119,18 +131,22 @@ def run(args: argparse.Namespace, device: torch.device) -> None:
     n, k = dist.get_world_size(), args.accumulation_steps
     micro = args.global_batch // (k * n)
 
-    synced = train(device, args.global_batch, k, accumulate=False)
-    accumulated = train(device, args.global_batch, k, accumulate=True, reference=make_model().to(device))
+    synced = train(device, args.global_batch, k, wrap="nothing")
+    accumulated = train(device, args.global_batch, k, wrap="forward and backward", reference=make_model().to(device))
+    backward_only = train(device, args.global_batch, k, wrap="backward")
 
     log(f"global batch {args.global_batch} = micro-batch {micro} x accumulation steps {k} x ranks {n}")
     log(
         f"all_reduce calls per rank in {STEPS} steps: {synced['calls']} syncing every micro-batch, "
         f"{accumulated['calls']} with no_sync"
     )
+    log(f"only backward inside no_sync: {backward_only['calls']} calls, every micro-batch still synced")
     log(f"bytes all_reduced per rank: {synced['bytes']} vs {accumulated['bytes']}")
     log(f"max |accumulated gradient - one process, whole global batch| = {accumulated['max_diff']:.0e}")
-    # The hook counted the calls: syncing only the last micro-batch makes k times fewer, as large.
+    # The hook counted the calls: syncing only the last micro-batch makes k times fewer, as large; with
+    # forward outside no_sync(), DDP had already prepared each backward's sync, and nothing is saved.
     assert synced["calls"] == k * accumulated["calls"] and synced["bytes"] == k * accumulated["bytes"]
+    assert backward_only["calls"] == synced["calls"] and backward_only["bytes"] == synced["bytes"]
     log("self-check passed")
 
 
