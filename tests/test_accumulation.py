@@ -60,7 +60,8 @@ NO_SYNC_CALLS = re.compile(
 )
 @pytest.mark.holds(
     "docs/multi-gpu/convert-your-script.md",
-    "DDP decides in the forward whether the backward syncs: with only the backward inside, every micro-batch still syncs",
+    "DDP decides in the forward whether the backward syncs: "
+    "with only the backward inside, every micro-batch still syncs",
 )
 def test_no_sync_saves_k_minus_1_syncs_a_step_only_when_it_wraps_the_forward_too(command_runs):
     """The page's run (k = 4 on 2 ranks), counted by a communication hook: around forward and backward,

@@ -24,6 +24,7 @@ from support.launches import (
     TOKEN_STREAM_DDP,
     TOKEN_STREAM_DDP_FLOAT64,
     TOKEN_STREAM_ONE_PROCESS,
+    TWO_FORWARDS,
 )
 
 LAST_EPOCH = re.compile(r"epoch 3: validation loss ([\d.]+), accuracy ([\d.]+)%")
@@ -175,3 +176,41 @@ def test_decisions_from_each_rank_s_own_loss_part_the_ranks(tmp_path: Path):
     assert not run.leftovers, f"left running: {run.leftovers}"
     assert returncode == 1 and "Timed out waiting 10000ms" in text and "self-check passed" not in text, text
     assert "dist.barrier(group)" in text, text  # where rank 0 waited: the ranks stopped at different epochs
+
+
+CONVERT = "docs/multi-gpu/convert-your-script.md"
+
+
+@pytest.mark.processes
+@pytest.mark.holds(
+    CONVERT,
+    "DDP sends rank 0's buffers to every rank at the start of each forward, by default, so that every rank "
+    "evaluates and saves the same statistics.",
+)
+@pytest.mark.holds(
+    "docs/start/overview.md",
+    "At every forward it does send rank 0's buffers (BatchNorm's running statistics), by default, but not the weights.",
+)
+@pytest.mark.holds(
+    CONVERT,
+    "torch 2.13 syncs them without changing their version counters (`_sync_buffers` in "
+    "`torch/nn/parallel/distributed.py`), so two forwards train, as above.",
+)
+@pytest.mark.holds(
+    CONVERT, "Anomaly detection, around the forward and the backward, names the forward call that made the operation"
+)
+def test_ddp_syncs_buffers_each_forward_and_two_forwards_train(command_runs):
+    """The page's run: as each forward starts, every rank holds rank 0's running statistics, and not
+    with forward_sync_buffers=False; two forwards and one backward give one process's gradient; an
+    in-place ReLU after tanh raises the version error, and anomaly detection names tanh. And the
+    source the page cites: DDP's buffer sync preserves the version counters."""
+    import inspect
+
+    from torch.nn.parallel import DistributedDataParallel
+
+    out = command_runs.run_ok(TWO_FORWARDS).stdout
+    assert "as each forward starts: True by default, False without the sync" in out, out
+    assert "two forwards, one backward: max |DDP gradient - one process| = 0e+00" in out, out
+    assert "modified by an inplace operation" in out and "which is output 0 of Tanh" in out, out
+    assert "Error detected in TanhBackward0, made in forward by: return torch.tanh(input)" in out, out
+    assert "_unsafe_preserve_version_counter" in inspect.getsource(DistributedDataParallel._sync_buffers)
