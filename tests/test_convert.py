@@ -21,6 +21,7 @@ from docexec.fences import DOCS, REPO
 from support.launches import (
     CONVERT_DDP,
     CONVERT_ONE_PROCESS,
+    SEEDS,
     TOKEN_STREAM_DDP,
     TOKEN_STREAM_DDP_FLOAT64,
     TOKEN_STREAM_ONE_PROCESS,
@@ -214,3 +215,20 @@ def test_ddp_syncs_buffers_each_forward_and_two_forwards_train(command_runs):
     assert "modified by an inplace operation" in out and "which is output 0 of Tanh" in out, out
     assert "Error detected in TanhBackward0, made in forward by: return torch.tanh(input)" in out, out
     assert "_unsafe_preserve_version_counter" in inspect.getsource(DistributedDataParallel._sync_buffers)
+
+
+@pytest.mark.processes
+@pytest.mark.holds(
+    CONVERT,
+    "DataLoader workers seed themselves from one draw of the global random generator, plus their worker id; "
+    "so with the same seed everywhere, each rank's workers draw the same augmentations",
+)
+@pytest.mark.holds(CONVERT, "Give the loader a generator seeded per rank:")
+def test_workers_draw_the_same_augmentations_on_every_rank_unless_seeded_per_rank(command_runs):
+    out = command_runs.run_ok(SEEDS).stdout
+    alike, per_rank = out.splitlines()[:2]
+    assert alike.startswith("every rank seeded alike") and "the same augmentation on every rank: True" in alike, out
+    assert "the same augmentation on every rank: False" in per_rank, out
+    assert all(
+        "ranks' samples differ: True" in line and "workers draw alike: False" in line for line in (alike, per_rank)
+    )

@@ -40,9 +40,10 @@ CONVERT_DDP = example_launch("examples/convert/step02_ddp.py")
 TOKEN_STREAM_ONE_PROCESS = example_launch("examples/convert/step04_token_stream_one_process.py")
 TOKEN_STREAM_DDP = example_launch("examples/convert/step05_token_stream_ddp.py")
 TOKEN_STREAM_DDP_FLOAT64 = example_launch("examples/convert/step05_token_stream_ddp.py", "--dtype", "float64")
-# Two forwards before one backward, the buffer sync and the in-place error: the page's output, the example's
-# self-check, and test_convert.py's checks of the sentences beside it.
+# Two forwards before one backward, the buffer sync and the in-place error; the DataLoader workers' seeds: the
+# page's outputs, the examples' self-checks, and test_convert.py's checks of the sentences beside them.
 TWO_FORWARDS = example_launch("examples/convert/step06_two_forwards.py")
+SEEDS = example_launch("examples/convert/step07_seeds.py")
 # The debugging guide's stuck rank, fixed (its docstring's), leaving early, and named by a monitored barrier:
 # the page's commands and test_debugging.py's timings.
 STUCK_RANK_FIXED = example_launch("examples/debugging/step05_stuck_rank.py")
