@@ -85,6 +85,10 @@ def test_in_float64_the_ranks_end_with_one_process_s_weights(command_runs):
 
 
 @pytest.mark.processes
+@pytest.mark.holds(
+    "docs/multi-gpu/convert-your-script.md",
+    "Ctrl-C in a terminal reaches torchrun alone, which passes it on as SIGINT.",
+)
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "Ctrl-C"])
 def test_a_signal_to_torchrun_saves_a_checkpoint_at_a_step_and_torchrun_exits_1(tmp_path: Path, sig):
     """What the page says a reader sees after `kill -TERM` or Ctrl-C (SIGINT to torchrun alone: its
@@ -164,6 +168,11 @@ step05.main()
 
 
 @pytest.mark.processes
+@pytest.mark.holds(
+    "docs/multi-gpu/convert-your-script.md",
+    "Made to decide that way, step05's ranks stopped at different epochs, and rank 0 waited in the barrier "
+    "until the timeout.",
+)
 def test_decisions_from_each_rank_s_own_loss_part_the_ranks(tmp_path: Path):
     """The page's claim for the unreduced metric: the ranks' own validation losses anneal and stop at
     different epochs, so rank 0 waits for rank 1 in the barrier before reading the best model, rank 1

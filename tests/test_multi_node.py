@@ -26,9 +26,9 @@ import yaml
 from docexec.commands import Background, command_env
 from docexec.copies import lay_out_as_copied
 from docexec.fault_injection import fault_env, with_faults
-from docexec.fences import EXAMPLES, REPO, classify, page_fences
+from docexec.fences import EXAMPLES, REPO, classify, page_command, page_fences
 from docexec.outputs import excerpt_missing
-from support.launches import RESUME_AFTER_KILL
+from support.launches import CONVERT_DDP, RESUME_AFTER_KILL
 
 pytestmark = pytest.mark.processes  # the test tier: see the testing page
 
@@ -54,6 +54,18 @@ def test_two_launchers_end_where_one_machine_ends(command_runs, which):
     assert one.startswith("weights_sha256=") and last_line(result.stdout) == one, result.describe()
     if which == 1:
         assert "attempt 1: resumed from step 12" in result.stdout, result.describe()
+
+
+@pytest.mark.holds(
+    "docs/multi-gpu/launch-on-several-nodes.md",
+    "It prints what `--standalone --nproc_per_node=2` printed, digit for digit: two nodes of one process are "
+    "the same two ranks, on the same data in the same order.",
+)
+def test_two_nodes_of_one_process_print_what_one_node_of_two_prints(command_runs):
+    """The launch page's loopback run of two launchers against the convert page's run: the same two
+    ranks, so the same output to the digit (both runs are the ones their pages show)."""
+    two_nodes = page_command("docs/multi-gpu/launch-on-several-nodes.md", "--rdzv_id=convert")
+    assert command_runs.run_ok(two_nodes).stdout == command_runs.run_ok(CONVERT_DDP).stdout
 
 
 def test_torchft_groups_train_on_and_end_with_the_same_weights(command_runs):

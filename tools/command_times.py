@@ -2,6 +2,7 @@
 (hooks/reading_time.py): measurements/command-times.json.
 
     python -m tools.command_times measurements/command-times.json   # minutes; listed in saved-data.yml
+    python -m tools.command_times --missing   # seconds: only the commands the saved file has no time for
 
 Each command runs once, as the doc tests run it (docexec.shared_runs: copied out, with a hard timeout),
 one at a time, with the GPUs hidden; a notebook runs whole, with plain python. Commands that two
@@ -43,14 +44,21 @@ def commands(page: str) -> list[tuple[str, str, int | None]]:
 
 
 def main() -> None:
-    runs, seconds = CommandRuns(), {}
+    args = sys.argv[1:]
+    missing_only = "--missing" in args  # a new page's commands, timed beside the saved ones
+    args = [a for a in args if a != "--missing"]
+    saved = Path(args[0] if args else COMMAND_TIMES)
+    known = json.loads(saved.read_text()) if missing_only else {"seconds": {}}
+    runs, seconds = CommandRuns(), dict(known["seconds"])
     for page in route_pages():
         for key, command, port in commands(page):
+            if key in seconds and missing_only:
+                continue
             result = runs.run(command, busy_port=port)  # a command two pages show runs once
             seconds[key] = round(result.elapsed_s, 1)
             print(f"{seconds[key]:7.1f} s  exit {result.returncode}  {key}", flush=True)
-    saved = Path(sys.argv[1] if len(sys.argv) > 1 else COMMAND_TIMES)
-    saved.write_text(json.dumps({"machine": machine_info(), "seconds": seconds}, indent=1) + "\n")
+    machine = known["machine"] if missing_only else machine_info()  # times added on a machine of that kind
+    saved.write_text(json.dumps({"machine": machine, "seconds": seconds}, indent=1) + "\n")
 
 
 if __name__ == "__main__":
