@@ -49,6 +49,14 @@ SEEDS = example_launch("examples/convert/step07_seeds.py")
 STUCK_RANK_FIXED = example_launch("examples/debugging/step05_stuck_rank.py")
 STUCK_RANK_EXITS_EARLY = example_launch("examples/debugging/step05_stuck_rank.py", "--exit-early")
 STUCK_RANK_MONITORED = example_launch("examples/debugging/step05_stuck_rank.py", "--monitored")
+# The debugging guide's DataLoader through /dev/shm: its default batches, the smaller ones that fit in 64 MB, and
+# the other sharing strategy. The page and the example's self-check run them as they are; test_debugging.py runs
+# them again in a mount namespace whose /dev/shm is 64 MB, as a container's is.
+SHARED_MEMORY = example_launch("examples/debugging/step11_shared_memory.py")
+SHARED_MEMORY_SMALL_BATCHES = example_launch("examples/debugging/step11_shared_memory.py", "--batch-size", "8")
+SHARED_MEMORY_FILE_SYSTEM = example_launch(
+    "examples/debugging/step11_shared_memory.py", "--sharing-strategy", "file_system"
+)
 # torch's late-import canary, not an example: the DDP internals page runs it, test_examples.py checks it
 # (and runs it again with --early).
 LATE_IMPORT = "torchrun --standalone --nproc_per_node=2 tests/faulty_scripts/late_import_keeps_group.py"
