@@ -58,6 +58,15 @@ ONE_FIELD_CHANGED = [
 ]
 
 
+@pytest.mark.holds(
+    "docs/appendix/testing.md",
+    "It must exit 0 and print `self-check passed`, after assertions that check the page's claim.",
+)
+@pytest.mark.holds(
+    "docs/appendix/testing.md",
+    '`exit="1"` is the exit code it must end with and `within="60"` the seconds it must end within',
+)
+@pytest.mark.holds("docs/appendix/testing.md", "It must not leave a process behind or abort.")
 @pytest.mark.parametrize(("changed", "found"), ONE_FIELD_CHANGED)
 def test_a_run_that_differs_from_a_clean_one_in_one_field_has_that_one_problem(changed, found):
     """Each check of the rule fails its own case here, and only it: drop one from rule.py and one case fails."""

@@ -1,4 +1,5 @@
-"""The site's behaviour in Chromium: the home page, search and the palette switch; the scaling
+"""The site's behaviour in Chromium: the home page, search (each reproduced error, pasted, finds its
+page first) and the palette switch; the scaling
 explorer's JavaScript against the Python cost model; the quiz graded in the page."""
 
 from __future__ import annotations
@@ -9,6 +10,42 @@ import re
 import pytest
 
 from docexec.fences import REPO
+
+# Each error a page reproduces, as a reader pastes its first line into the search box, and the page that
+# reproduces it: the site's search must list that page first (test_home_page_and_search_in_chromium).
+CONVERT, DEBUGGING = "multi-gpu/convert-your-script/", "multi-gpu/debugging/"
+PASTED_ERRORS = {
+    "RuntimeError: one of the variables needed for gradient computation has been modified by an inplace operation": (
+        CONVERT
+    ),
+    "RuntimeError: Expected to have finished reduction in the prior iteration before starting a new one.": CONVERT,
+    "RuntimeError: Error(s) in loading state_dict for Linear:": CONVERT,
+    'Missing key(s) in state_dict: "weight", "bias"': CONVERT,
+    "RuntimeError: Detected mismatch between collectives on ranks.": DEBUGGING,
+    "Received data size doesn't match expected size. Is there a distributed collective mismatch in your code?": (
+        DEBUGGING
+    ),
+    "Timed out waiting 60000ms for recv operation to complete": DEBUGGING,
+    "Rank 1 failed to pass monitoredBarrier in 10000 ms": DEBUGGING,
+    "ValueError: Error initializing torch.distributed using env:// rendezvous: environment variable RANK expected, "
+    "but not set": DEBUGGING,
+    "error: unrecognized arguments: --local-rank=0": DEBUGGING,
+    "ValueError: Default process group has not been initialized, please make sure to call init_process_group.": (
+        DEBUGGING
+    ),
+    "DataLoader worker (pid 8172) is killed by signal: Bus error.": DEBUGGING,
+    "RuntimeError: unable to allocate shared memory(shm) for file </torch_4881_1997839460_0>: "
+    "No space left on device (28)": DEBUGGING,
+}
+
+
+@pytest.mark.fast
+def test_every_pasted_error_is_printed_on_the_page_it_should_find():
+    """The list above holds lines the pages show, as a run printed them (an Excerpt, an Output, an inline
+    block that asserts the message): a reworded page fails here before the search test runs."""
+    for line, where in PASTED_ERRORS.items():
+        text = " ".join((REPO / "docs" / f"{where.rstrip('/')}.md").read_text().split())
+        assert line in text, f"docs/{where.rstrip('/')}.md no longer shows {line!r}"
 
 
 @pytest.mark.site
@@ -31,6 +68,19 @@ def test_home_page_and_search_in_chromium(browser, served_site):
     search.press_sequentially("data parallelism", delay=20)  # real key events, as a reader types
     hit = page.locator(".md-search-result__item a[href*='lesson/data-parallelism/']").first
     expect(hit).to_be_visible(timeout=15_000)
+
+    for line, where in PASTED_ERRORS.items():  # each reproduced error, pasted: its page comes first
+        search.fill("")
+        search.press("End")  # Material searches on keyup
+        expect(page.locator(".md-search-result__meta")).to_have_text(re.compile("Type to start searching"))
+        search.fill(line)
+        search.press("End")
+        first = page.locator(".md-search-result__item > a").first
+        try:
+            expect(first).to_have_attribute("href", re.compile(re.escape(where)), timeout=5_000)
+        except AssertionError:
+            found = page.locator(".md-search-result__item > a").evaluate_all("a => a.map(e => e.href).slice(0, 3)")
+            raise AssertionError(f"searching {line!r} lists {found} first, not {where}") from None
 
     scheme = page.locator("body").get_attribute("data-md-color-scheme")
     page.keyboard.press("Escape")
