@@ -245,3 +245,26 @@ def test_two_links_reduce_to_one_when_nodes_hold_one_rank_and_price_what_crosses
     assert allreduce_on_nodes_seconds(s, 2, between, "ring", 4, inside) == allreduce_seconds(s, 2, inside)  # one node
     with pytest.raises(ValueError, match="do not fill nodes"):
         allreduce_on_nodes_seconds(s, 6, between, "ring", 4, inside)
+
+
+@pytest.mark.fast
+@pytest.mark.holds(
+    "docs/start/overview.md",
+    "a rank's sync bytes grow with n only toward twice the gradient's, so past a few ranks each added rank adds "
+    "about the same, a fraction of one rank, compute ÷ (compute + sync). The speedup keeps rising; the "
+    "efficiency, speedup ÷ n, stays low.",
+)
+def test_weak_scaling_of_a_sync_bound_job_keeps_rising_at_a_low_efficiency():
+    """The cost model at α = 0, the batch per rank fixed, a sync as long as the compute (no overlap):
+    the speedup rises at every n, each added rank adds less than one rank, and the added speedup tends
+    to compute / (compute + 2 S β), the share of a step that is compute once a rank sends 2S."""
+    work = Workload(params=1e6, compute_per_sample=1e-3, micro_batch=10, overlap=False)
+    network = Network(alpha=0.0, beta=work.micro_batch * work.compute_per_sample / work.gradient_bytes)
+    steps = predict_steps(work, list(range(1, 257)), network)
+    speedups = [s.speedup for s in steps]  # at 1, 2, ..., 256 ranks
+    gains = [b - a for a, b in zip(speedups, speedups[1:])]
+    efficiency = [s / n for n, s in enumerate(speedups, 1)]
+    assert gains[0] == pytest.approx(0) and all(0 < g < 1 for g in gains[1:])  # 2 ranks = 1; then rising
+    assert all(b < a for a, b in zip(efficiency, efficiency[1:]))
+    assert gains[-1] == pytest.approx(1 / 3, rel=0.01)  # compute 1, sync 2 x 1: a third of a rank each
+    assert speedups[7] > speedups[3] > speedups[1]  # the saved sweep's shape: 0.63, 0.86, 1.52 at 2, 4, 8
