@@ -330,6 +330,10 @@ def test_every_question_is_computed_or_listed_as_judgement():
     assert not unplaced, f"questions in neither list: {unplaced}"
 
 
+@pytest.mark.holds(
+    "docs/lesson/launchers.md",
+    "`LOCAL_RANK` is for your own code, to pick the GPU, and `init_process_group` never reads it.",
+)
 def test_the_launchers_quiz_names_what_init_process_group_reads():
     """With env://, init_process_group reads RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT, not
     LOCAL_RANK (torch.distributed.rendezvous); the right option's feedback says so."""
@@ -340,6 +344,8 @@ def test_the_launchers_quiz_names_what_init_process_group_reads():
     source = inspect.getsource(rendezvous._env_rendezvous_handler)
     read = set(re.findall(r'_get_env_or_raise\("([A-Z_]+)"\)', source))
     assert read == {"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"} and "LOCAL_RANK" not in source
+    c10d = importlib.import_module("torch.distributed.distributed_c10d")
+    assert "LOCAL_RANK" not in inspect.getsource(c10d.init_process_group)  # nor the call that takes the handler
     right, _ = options(find("lesson/launchers.md", "`torchrun --standalone"))
     feedback = find("lesson/launchers.md", "`torchrun --standalone").split(right, 1)[1].split("\n- [")[0]
     said = feedback[: feedback.index(";")]
