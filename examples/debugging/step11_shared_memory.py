@@ -6,7 +6,9 @@ workers need more of it at once than a container's default 64 MB.
 
 It prints how much shared memory its batches can hold at once, moves 256 images through it, and checks
 that each arrived once, intact. Where /dev/shm is 64 MB (a container started without --shm-size), a
-worker fails with "unable to allocate shared memory(shm)"; `--batch-size 8` fits there.
+worker fails with "unable to allocate shared memory(shm)"; `--batch-size 8` fits there. It has no
+init_process_group: the workers are one process's helpers, and under torchrun each rank's DataLoader
+does the same, so n ranks on a node need n times the shared memory shown here.
 """
 
 import argparse
